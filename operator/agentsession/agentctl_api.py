@@ -1,0 +1,170 @@
+"""The contract between the operator (and gateway) and agentctl: request and response bodies of its control API.
+
+Both sides import these models, so the server and its clients cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+AGENTCTL_PORT = 9999
+HEALTH_PATH = "/health"
+START_PATH = "/api/v1/start"
+TOKEN_ENV = "AGENTCTL_TOKEN"
+
+
+class StartRequest(BaseModel):
+    """Body of `POST /api/v1/start`: attach to the agent and run ACP initialize + session/new or session/load."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = Field(
+        default=None, description="ACP session to resume with session/load; omit to start a new one."
+    )
+    prompt: str | None = Field(
+        default=None, description="Initial prompt, sent only when a new session is created (never on resume)."
+    )
+    cwd: str | None = Field(default=None, description="Working directory of the ACP session.")
+    mode_id: str | None = Field(default=None, description="ACP mode to switch to once the session exists.")
+
+
+class SessionMode(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    name: str
+    description: str | None = None
+
+
+class AgentIdentity(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    title: str | None = None
+    version: str | None = None
+
+
+class StartResponse(BaseModel):
+    """Answer of `POST /api/v1/start`. Repeating the call returns the same session (the call is idempotent)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    success: bool
+    session_id: str
+    resumed: bool = Field(default=False, description="True when session/load was used.")
+    prompt_sent: bool = Field(default=False, description="True when this call sent the initial prompt.")
+    current_mode_id: str | None = None
+    available_modes: list[SessionMode] = Field(default_factory=list)
+    agent_info: AgentIdentity | None = None
+    protocol_version: int = 1
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx answer of agentctl has this body."""
+
+    model_config = ConfigDict(extra="allow")
+
+    success: bool = False
+    error: str = Field(description="Machine-readable error code, e.g. 'unauthorized', 'bad_request'.")
+    message: str = Field(description="What failed and what to do about it.")
+
+
+# --- Additions for the rest of the control API (used by the gateway and by agentctl's own handlers). ---
+
+STATUS_PATH = "/api/v1/status"
+HISTORY_PATH = "/api/v1/history"
+STREAM_PATH = "/api/v1/acp/stream"
+PROMPT_PATH = "/api/v1/acp/prompt"
+OPENAPI_PATH = "/api/v1/openapi.json"
+
+AgentState = Literal["stopped", "starting", "running", "stopping", "error"]
+EntryKind = Literal["session_update", "permission_request", "permission_resolved", "agent_error", "turn_end"]
+
+
+class InitializeBody(BaseModel):
+    """Body of `POST /api/v1/acp/initialize` (may be empty)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    protocol_version: int = Field(default=1, ge=1, le=65535)
+
+
+class SessionNewBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cwd: str | None = Field(default=None, description="Absolute directory; defaults to agentctl's workdir.")
+
+
+class SessionLoadBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str = Field(min_length=1, max_length=512)
+    cwd: str | None = None
+
+
+class PromptBody(BaseModel):
+    """Body of `POST /api/v1/acp/prompt`: plain text, or a list of ACP content blocks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str | list[dict[str, Any]] = Field(min_length=1)
+    session_id: str | None = Field(default=None, description="Defaults to the current session.")
+
+
+class PromptResult(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    stop_reason: str = Field(alias="stopReason")
+
+
+class CancelBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = None
+
+
+class ModeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode_id: str = Field(min_length=1, max_length=256)
+    session_id: str | None = None
+
+
+class PermissionRespondBody(BaseModel):
+    """Answer to a pending permission request: exactly one of `option_id` or `cancelled: true`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pending_id: str = Field(min_length=1, max_length=256)
+    option_id: str | None = Field(default=None, min_length=1, max_length=256)
+    cancelled: bool = False
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> PermissionRespondBody:
+        if (self.option_id is None) == (not self.cancelled):
+            raise ValueError("give exactly one of 'option_id' or 'cancelled: true'")
+        return self
+
+
+class JournalEntry(BaseModel):
+    """One frame of `WS /api/v1/acp/stream` and one item of `GET /api/v1/history`.
+
+    `seq` grows by one per entry for the life of the workspace, so a client resumes with `?after=<last seq>`.
+    For `kind == "session_update"`, `notification` is the ACP `session/update` params (`sessionId`, `update`).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    seq: int
+    timestamp: str
+    kind: EntryKind
+    notification: dict[str, Any]
+
+
+class HistoryResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    updates: list[JournalEntry]
+    last_seq: int

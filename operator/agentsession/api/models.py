@@ -1,0 +1,264 @@
+"""Pydantic models of the AgentSession spec and status: the single source of truth for the CRD schema.
+
+Field names are the wire names (camelCase), as in every Kubernetes API. Rules that need more than one field,
+or the old object, are CEL rules (`x-kubernetes-validations`) attached here and enforced by the API server.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from agentsession.agentctl_api import AgentIdentity, SessionMode
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Go duration syntax, which CEL's duration() parses, so rules can compare durations.
+DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+ABSOLUTE_PATH = r"^/[^\x00]*$"
+
+ObjectName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+Duration = Annotated[str, StringConstraints(max_length=32, pattern=DURATION)]
+AbsolutePath = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=ABSOLUTE_PATH)]
+Image = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[^\s]+$")]
+# Kubernetes quantities are int-or-string; the API server checks the quantity syntax on the Pod.
+Quantity = int | Annotated[str, StringConstraints(min_length=1, max_length=64)]
+# Arbitrary Kubernetes objects (affinity, tolerations, envFrom) are passed through to the Pod unchanged.
+KubeObject = dict[str, Any]
+
+AgentType = Literal["demo", "claude-code", "codex", "gemini", "custom"]
+ConditionType = Literal["PodScheduled", "AgentctlReady", "AgentInitialized", "Suspended", "Ready"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+Phase = Literal["Suspended", "Pending", "Starting", "Ready", "Failed", "Terminating"]
+
+
+def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class EnvVar(_Model):
+    name: str = Field(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    value: str | None = Field(default=None, max_length=32768)
+    valueFrom: KubeObject | None = Field(default=None, description="A core/v1 EnvVarSource.")
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            ("!(has(self.value) && has(self.valueFrom))", "an env entry sets value or valueFrom, not both")
+        )
+    )
+
+
+class SecretReference(_Model):
+    name: ObjectName = Field(
+        description="Secret in the session's namespace; each key becomes an env variable."
+    )
+
+
+class ResourceRequirements(_Model):
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class AgentSpec(_Model):
+    type: AgentType = Field(
+        default="demo",
+        description="Which agent runs. Known types get their image and command from the operator's defaults; "
+        "'custom' needs image and command.",
+    )
+    image: Image | None = None
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    command: list[Annotated[str, StringConstraints(max_length=4096)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="The ACP agent's command; it speaks ACP on stdio.",
+    )
+    args: list[Annotated[str, StringConstraints(max_length=4096)]] | None = Field(
+        default=None, max_length=256
+    )
+    env: list[EnvVar] | None = Field(
+        default=None,
+        max_length=256,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    envFrom: list[KubeObject] | None = Field(
+        default=None, max_length=32, description="core/v1 EnvFromSource entries."
+    )
+    resources: ResourceRequirements | None = None
+    credentialsSecretRef: SecretReference | None = Field(
+        default=None, description="API keys for the agent, from a Secret (never inline)."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "self.type != 'custom' || (has(self.image) && has(self.command))",
+                "agent.type 'custom' needs agent.image and agent.command",
+            ),
+        )
+    )
+
+
+class AgentctlSpec(_Model):
+    image: Image | None = Field(default=None, description="Defaults to the operator's agentctl image.")
+    resources: ResourceRequirements | None = None
+
+
+class RepositorySpec(_Model):
+    url: str = Field(min_length=1, max_length=2048, pattern=r"^(https://|ssh://|git@)[^\s]+$")
+    ref: str | None = Field(default=None, max_length=256, pattern=r"^[^\s]+$")
+
+
+class WorkspaceSpec(_Model):
+    size: Quantity | None = Field(
+        default=None,
+        description="Size of a PersistentVolumeClaim owned by the session, kept while suspended.",
+    )
+    storageClassName: ObjectName | None = None
+    emptyDir: bool | None = Field(
+        default=None, description="Use a scratch emptyDir (lost when the pod goes, e.g. on suspend)."
+    )
+    mountPath: AbsolutePath = Field(default="/workspace")
+    repository: RepositorySpec | None = Field(default=None, description="A git repository cloned at start.")
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!(has(self.size) && has(self.emptyDir) && self.emptyDir)",
+                "workspace: set size (a persistent volume) or emptyDir: true, not both",
+            ),
+            (
+                "!has(self.storageClassName) || has(self.size)",
+                "workspace.storageClassName needs workspace.size",
+            ),
+            (
+                "has(oldSelf.size) == has(self.size) && (!has(self.size) || self.size == oldSelf.size)",
+                "workspace.size is immutable: create a new AgentSession for another size",
+            ),
+            (
+                "has(oldSelf.storageClassName) == has(self.storageClassName) && "
+                "(!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",
+                "workspace.storageClassName is immutable",
+            ),
+        )
+    )
+
+
+class LifecycleSpec(_Model):
+    idleTimeout: Duration | None = Field(
+        default=None, description="Suspend after this long with no turn running and no client attached."
+    )
+    maxDuration: Duration | None = Field(default=None, description="Stop the pod after it has run this long.")
+    drainTimeout: Duration | None = Field(
+        default=None, description="How long a running turn may finish before the pod is stopped."
+    )
+    restartPolicy: Literal["Always", "Never"] = Field(
+        default="Always", description="Always: a failed or evicted pod is replaced. Never: it stays Failed."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.idleTimeout) || !has(self.maxDuration) || "
+                "duration(self.idleTimeout) < duration(self.maxDuration)",
+                "lifecycle.idleTimeout must be shorter than lifecycle.maxDuration",
+            ),
+        )
+    )
+
+
+class PodTemplateOverrides(_Model):
+    labels: dict[str, Annotated[str, StringConstraints(max_length=63)]] | None = None
+    annotations: dict[str, str] | None = None
+    nodeSelector: dict[str, str] | None = None
+    tolerations: list[KubeObject] | None = Field(default=None, max_length=64)
+    affinity: KubeObject | None = None
+    priorityClassName: ObjectName | None = None
+
+
+class AgentSessionSpec(_Model):
+    # The explicit schema default lets the API server fill in agent.type, which CEL rules rely on.
+    agent: AgentSpec = Field(default_factory=AgentSpec, json_schema_extra={"default": {}})
+    agentctl: AgentctlSpec | None = None
+    workspace: WorkspaceSpec | None = None
+    title: str | None = Field(default=None, max_length=256)
+    cwd: AbsolutePath | None = Field(
+        default=None, description="The ACP session's cwd; defaults to mountPath."
+    )
+    mode: str | None = Field(default=None, max_length=64, description="Initial ACP mode id.")
+    prompt: str | None = Field(
+        default=None,
+        max_length=65536,
+        description="Sent once, when the session is first created; never on resume.",
+    )
+    suspend: bool = Field(default=False, description="True keeps the record and workspace but runs no pod.")
+    lifecycle: LifecycleSpec | None = None
+    podTemplate: PodTemplateOverrides | None = None
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            ("self.agent.type == oldSelf.agent.type", "agent.type cannot change after creation"),
+            (
+                "has(oldSelf.workspace) == has(self.workspace)",
+                "workspace cannot be added or removed after creation",
+            ),
+        )
+    )
+
+
+class Condition(_Model):
+    type: ConditionType
+    status: ConditionStatus
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = Field(default="", max_length=32768)
+    lastTransitionTime: datetime
+    observedGeneration: int | None = Field(default=None, ge=0)
+
+
+class AcpStatus(_Model):
+    sessionId: str | None = None
+    currentModeId: str | None = None
+    availableModes: list[SessionMode] | None = None
+    agentInfo: AgentIdentity | None = None
+    podUID: str | None = Field(default=None, description="The pod whose agentctl was initialized.")
+    agentctlRestartCount: int | None = Field(
+        default=None, ge=0, description="agentctl restarts at init time."
+    )
+    initializedTime: datetime | None = None
+    lastError: str | None = Field(default=None, max_length=4096)
+
+
+class StartupTimings(_Model):
+    """Seconds from pod creation to each startup stage of the current pod."""
+
+    scheduledSeconds: float | None = None
+    agentctlReadySeconds: float | None = None
+    initializedSeconds: float | None = None
+
+
+class AgentSessionStatus(_Model):
+    phase: Phase | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observedGeneration: int | None = Field(default=None, ge=0)
+    podName: str | None = None
+    podUID: str | None = None
+    podIP: str | None = None
+    agentctlEndpoint: str | None = None
+    startTime: datetime | None = None
+    readyTime: datetime | None = None
+    restartCount: int | None = Field(default=None, ge=0, description="Container restarts in the current pod.")
+    podsCreated: int | None = Field(default=None, ge=0, description="Pods created for this session so far.")
+    acp: AcpStatus | None = None
+    startup: StartupTimings | None = None
+
+    def condition(self, kind: ConditionType) -> Condition | None:
+        return next((c for c in self.conditions if c.type == kind), None)

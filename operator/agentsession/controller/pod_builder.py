@@ -1,0 +1,329 @@
+"""Spec → children: the session's Pod, its agentctl token Secret and its workspace claim. Pure functions.
+
+The Pod follows the restricted Pod Security Standard. agentctl runs as a native sidecar (an init container
+with restartPolicy Always) so the kubelet starts it first and reports its readiness probe; the agent's stdio
+is joined to agentctl by a FIFO pair in a shared in-memory emptyDir.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import shlex
+from typing import Any
+
+from agentsession.agentctl_api import HEALTH_PATH, TOKEN_ENV
+from agentsession.api.constants import (
+    AGENT_CONTAINER,
+    AGENTCTL_CONTAINER,
+    FIFO_DIR,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_PART_OF,
+    LABEL_SESSION,
+    MANAGER,
+    TOKEN_KEY,
+    pod_name,
+    token_secret_name,
+    workspace_claim_name,
+)
+from agentsession.api.models import AgentSessionSpec, ResourceRequirements
+from agentsession.controller.config import OperatorConfig, Resources
+from agentsession.controller.durations import parse_duration
+from agentsession.controller.session_ref import SessionRef
+
+Manifest = dict[str, Any]
+
+SPEC_HASH_ANNOTATION = "agentsession.dev/pod-spec-hash"
+AGENT_IN = f"{FIFO_DIR}/agent.in"
+AGENT_OUT = f"{FIFO_DIR}/agent.out"
+WORKSPACE_VOLUME = "workspace"
+FIFO_VOLUME = "agentctl-fifo"
+TMP_VOLUME = "tmp"
+DEFAULT_GRACE_SECONDS = 30
+# The agent may start before agentctl has made the FIFOs (e.g. after an agent-only restart race);
+# wait for them, but not forever, so a broken sidecar shows up as a crash-looping agent.
+FIFO_WAIT_TENTHS = 600
+AGENT_WRAPPER = (
+    "i=0; "
+    f'while [ ! -p "{AGENT_IN}" ] || [ ! -p "{AGENT_OUT}" ]; do '
+    f'i=$((i+1)); if [ "$i" -gt {FIFO_WAIT_TENTHS} ]; then '
+    'echo "agent: agentctl FIFOs did not appear in 60s; is the agentctl sidecar running?" >&2; exit 1; fi; '
+    "sleep 0.1; done; "
+    f'exec "$@" <"{AGENT_IN}" >"{AGENT_OUT}"'
+)
+
+
+class SpecError(ValueError):
+    """The spec cannot be turned into a pod; the message tells the user what to change."""
+
+
+def labels(session: SessionRef, component: str) -> dict[str, str]:
+    return {
+        LABEL_NAME: "agentsession",
+        LABEL_INSTANCE: session.name,
+        LABEL_COMPONENT: component,
+        LABEL_PART_OF: "agentsession",
+        LABEL_MANAGED_BY: MANAGER,
+        LABEL_SESSION: session.name,
+    }
+
+
+def _metadata(session: SessionRef, name: str, component: str) -> Manifest:
+    return {
+        "name": name,
+        "namespace": session.namespace,
+        "labels": labels(session, component),
+        "ownerReferences": [session.owner_reference()],
+    }
+
+
+def build_token_secret(session: SessionRef, token: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(session, token_secret_name(session.name), "agentctl-token"),
+        "type": "Opaque",
+        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def build_workspace_claim(session: SessionRef, spec: AgentSessionSpec) -> Manifest | None:
+    workspace = spec.workspace
+    if workspace is None or workspace.size is None:
+        return None
+    claim_spec: Manifest = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": str(workspace.size)}},
+    }
+    if workspace.storageClassName:
+        claim_spec["storageClassName"] = workspace.storageClassName
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(session, workspace_claim_name(session.name), "workspace"),
+        "spec": claim_spec,
+    }
+
+
+def _resources(override: ResourceRequirements | None, default: Resources) -> Manifest:
+    if override is None:
+        return {"requests": dict(default.requests), "limits": dict(default.limits)}
+    merged: Manifest = {}
+    for key, values in (("requests", override.requests), ("limits", override.limits)):
+        if values is not None:
+            merged[key] = {name: str(quantity) for name, quantity in values.items()}
+        elif getattr(default, key):
+            merged[key] = dict(getattr(default, key))
+    return merged
+
+
+def _container_security_context(config: OperatorConfig) -> Manifest:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": config.run_as_user,
+        "runAsGroup": config.run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _http_probe(port_name: str, period: int, failures: int, timeout: int = 2) -> Manifest:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": port_name},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def _agent_command(spec: AgentSessionSpec, config: OperatorConfig) -> tuple[str, list[str]]:
+    agent = spec.agent
+    profile = config.agent_profiles.get(agent.type)
+    image = agent.image or (profile.image if profile else None)
+    if agent.type == "demo" and image is None:
+        image = config.image
+    if image is None:
+        raise SpecError(
+            f"agent.type {agent.type!r} has no default image in the operator's configuration: "
+            "set spec.agent.image, or configure an image for this agent type"
+        )
+    command = list(agent.command) if agent.command else list(profile.command if profile else [])
+    if not command:
+        raise SpecError(f"agent.type {agent.type!r} has no default command: set spec.agent.command")
+    args = (
+        list(agent.args)
+        if agent.args is not None
+        else list(profile.args if profile and not agent.command else [])
+    )
+    return image, command + args
+
+
+def _agent_env(spec: AgentSessionSpec, mount_path: str) -> list[Manifest]:
+    env: list[Manifest] = [{"name": "HOME", "value": f"{mount_path.rstrip('/')}/.home"}]
+    for var in spec.agent.env or []:
+        env = [e for e in env if e["name"] != var.name]
+        env.append(var.model_dump(exclude_none=True))
+    return env
+
+
+def _env_from(spec: AgentSessionSpec) -> list[Manifest]:
+    sources = [dict(source) for source in spec.agent.envFrom or []]
+    if spec.agent.credentialsSecretRef is not None:
+        sources.append({"secretRef": {"name": spec.agent.credentialsSecretRef.name}})
+    return sources
+
+
+def _clone_container(spec: AgentSessionSpec, config: OperatorConfig, mount_path: str) -> Manifest | None:
+    workspace = spec.workspace
+    if workspace is None or workspace.repository is None:
+        return None
+    repo = workspace.repository
+    branch = f"--branch {shlex.quote(repo.ref)} " if repo.ref else ""
+    # Cloning only into an empty workspace keeps a resumed session's work untouched.
+    script = (
+        f"cd {shlex.quote(mount_path)} && if [ -e .git ]; then echo 'workspace already cloned'; "
+        f"else git clone --depth 1 {branch}{shlex.quote(repo.url)} .; fi"
+    )
+    return {
+        "name": "clone",
+        "image": config.git_image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": ["sh", "-c", script],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": _resources(None, config.agentctl_resources),
+        "securityContext": _container_security_context(config),
+        "volumeMounts": [
+            {"name": WORKSPACE_VOLUME, "mountPath": mount_path},
+            {"name": TMP_VOLUME, "mountPath": "/tmp"},
+        ],
+    }
+
+
+def _workspace_volume(session: SessionRef, spec: AgentSessionSpec) -> Manifest:
+    if spec.workspace is not None and spec.workspace.size is not None:
+        return {
+            "name": WORKSPACE_VOLUME,
+            "persistentVolumeClaim": {"claimName": workspace_claim_name(session.name)},
+        }
+    return {"name": WORKSPACE_VOLUME, "emptyDir": {}}
+
+
+def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfig) -> Manifest:
+    """The session's Pod. Raises SpecError when the spec lacks what the pod needs."""
+    mount_path = spec.workspace.mountPath if spec.workspace else "/workspace"
+    agent_image, agent_argv = _agent_command(spec, config)
+    agentctl_image = (spec.agentctl.image if spec.agentctl else None) or config.image
+    mounts = [
+        {"name": WORKSPACE_VOLUME, "mountPath": mount_path},
+        {"name": FIFO_VOLUME, "mountPath": FIFO_DIR},
+        {"name": TMP_VOLUME, "mountPath": "/tmp"},
+    ]
+    agentctl = {
+        "name": AGENTCTL_CONTAINER,
+        "image": agentctl_image,
+        "imagePullPolicy": config.image_pull_policy,
+        "restartPolicy": "Always",
+        "command": ["agentctl"],
+        "args": [
+            "--port",
+            str(config.agentctl_port),
+            "--workdir",
+            mount_path,
+            "--agent-fifo-dir",
+            FIFO_DIR,
+            "--log-format",
+            "json",
+        ],
+        "env": [
+            {
+                "name": TOKEN_ENV,
+                "valueFrom": {"secretKeyRef": {"name": token_secret_name(session.name), "key": TOKEN_KEY}},
+            },
+            {"name": "HOME", "value": "/tmp"},
+        ],
+        "ports": [{"name": "agentctl", "containerPort": config.agentctl_port, "protocol": "TCP"}],
+        "startupProbe": _http_probe("agentctl", period=1, failures=120),
+        "readinessProbe": _http_probe("agentctl", period=2, failures=2),
+        "livenessProbe": _http_probe("agentctl", period=10, failures=3, timeout=5),
+        "resources": _resources(
+            spec.agentctl.resources if spec.agentctl else None, config.agentctl_resources
+        ),
+        "securityContext": _container_security_context(config),
+        "volumeMounts": [dict(m) for m in mounts],
+    }
+    agent = {
+        "name": AGENT_CONTAINER,
+        "image": agent_image,
+        "imagePullPolicy": spec.agent.imagePullPolicy or config.image_pull_policy,
+        "command": ["sh", "-c", AGENT_WRAPPER, "agent", *agent_argv],
+        "workingDir": spec.cwd or mount_path,
+        "env": _agent_env(spec, mount_path),
+        "resources": _resources(spec.agent.resources, config.agent_resources),
+        "securityContext": _container_security_context(config),
+        "volumeMounts": [dict(m) for m in mounts],
+    }
+    env_from = _env_from(spec)
+    if env_from:
+        agent["envFrom"] = env_from
+
+    lifecycle = spec.lifecycle
+    template = spec.podTemplate
+    init_containers = [c for c in (_clone_container(spec, config, mount_path), agentctl) if c is not None]
+    pod_spec: Manifest = {
+        "restartPolicy": "Never" if lifecycle and lifecycle.restartPolicy == "Never" else "Always",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": (
+            math.ceil(parse_duration(lifecycle.drainTimeout))
+            if lifecycle and lifecycle.drainTimeout
+            else DEFAULT_GRACE_SECONDS
+        ),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": config.run_as_user,
+            "runAsGroup": config.run_as_user,
+            "fsGroup": config.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "initContainers": init_containers,
+        "containers": [agent],
+        "volumes": [
+            _workspace_volume(session, spec),
+            {"name": FIFO_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}},
+        ],
+    }
+    if lifecycle and lifecycle.maxDuration:
+        pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(parse_duration(lifecycle.maxDuration)))
+    if template:
+        for field in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+            value = getattr(template, field)
+            if value is not None:
+                pod_spec[field] = value
+
+    metadata = _metadata(session, pod_name(session.name), "agent")
+    if template and template.labels:
+        # The operator's own labels win: the pod → session mapping depends on them.
+        metadata["labels"] = {**template.labels, **metadata["labels"]}
+    metadata["annotations"] = {**(template.annotations or {} if template else {})}
+    metadata["annotations"][SPEC_HASH_ANNOTATION] = pod_spec_hash(pod_spec, metadata)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def pod_spec_hash(pod_spec: Manifest, metadata: Manifest) -> str:
+    """A digest of what cannot change on a running pod, so a spec change can be told apart from no change."""
+    relevant = {
+        "spec": pod_spec,
+        "labels": metadata.get("labels", {}),
+        "annotations": {
+            k: v for k, v in metadata.get("annotations", {}).items() if k != SPEC_HASH_ANNOTATION
+        },
+    }
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,45 @@
+"""The identity of one AgentSession object, as every builder and mapper needs it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentsession.api.constants import API_VERSION, KIND
+
+
+@dataclass(frozen=True)
+class SessionRef:
+    namespace: str
+    name: str
+    uid: str
+    generation: int = 0
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> SessionRef:
+        meta = body["metadata"]
+        return cls(meta["namespace"], meta["name"], meta["uid"], int(meta.get("generation") or 0))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def object_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "namespace": self.namespace,
+            "uid": self.uid,
+        }

@@ -1,0 +1,316 @@
+"""Observed session + pod (+ what agentctl reported) → the whole status. Pure: no I/O, time passed in.
+
+Conditions follow the Kubernetes API conventions: every condition is always present, reasons are CamelCase
+and say why not, and lastTransitionTime moves only when a condition's status changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agentsession.api.constants import AGENT_CONTAINER, AGENTCTL_CONTAINER
+from agentsession.api.models import (
+    AgentSessionStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    StartupTimings,
+)
+
+Manifest = dict[str, Any]
+
+CONDITION_ORDER: tuple[ConditionType, ...] = (
+    "PodScheduled",
+    "AgentctlReady",
+    "AgentInitialized",
+    "Suspended",
+    "Ready",
+)
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+# Waiting reasons that will not fix themselves without a change by the user.
+FAILED_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "InvalidImageName",
+        "InvalidSpec",
+        "RunContainerError",
+        "PodFailed",
+        "Evicted",
+        "DeadlineExceeded",
+    }
+)
+PENDING_REASONS = frozenset({"PodNotCreated", "PodDeleted", "Pending", "Unschedulable"} | IMAGE_PULL_REASONS)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the mapper looks at. `pod` is the Pod as the API returns it (camelCase JSON)."""
+
+    generation: int
+    suspend: bool
+    previous: AgentSessionStatus
+    now: datetime
+    pod: Manifest | None = None
+    deleting: bool = False
+    agentctl_port: int = 9999
+    spec_error: str | None = None
+    probe_message: str | None = None
+
+
+@dataclass(frozen=True)
+class _State:
+    status: ConditionStatus
+    reason: str
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "True"
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def container_status(pod: Manifest, name: str, *, init: bool) -> Manifest | None:
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return next((s for s in pod.get("status", {}).get(key) or [] if s.get("name") == name), None)
+
+
+def agentctl_restart_count(pod: Manifest) -> int:
+    status = container_status(pod, AGENTCTL_CONTAINER, init=True)
+    return int(status.get("restartCount", 0)) if status else 0
+
+
+def _pod_condition(pod: Manifest, kind: str) -> Manifest | None:
+    return next((c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _no_pod(obs: Observation) -> _State:
+    if obs.spec_error:
+        return _State("False", "InvalidSpec", obs.spec_error)
+    if obs.suspend:
+        return _State("False", "Suspended", "spec.suspend is true: no pod runs")
+    if obs.previous.podUID:
+        return _State(
+            "False",
+            "PodDeleted",
+            f"pod {obs.previous.podName} was deleted outside the operator; it is recreated",
+        )
+    return _State("False", "PodNotCreated", "waiting for the operator to create the pod")
+
+
+def _pod_failed(pod: Manifest) -> _State | None:
+    status = pod.get("status", {})
+    if status.get("phase") != "Failed":
+        return None
+    reason = status.get("reason") or "PodFailed"
+    message = status.get("message") or "the pod failed"
+    return _State("False", reason if reason in {"Evicted", "DeadlineExceeded"} else "PodFailed", message)
+
+
+def _scheduled(obs: Observation, pod: Manifest | None) -> _State:
+    if pod is None:
+        return _no_pod(obs)
+    name = pod["metadata"]["name"]
+    if pod["metadata"].get("deletionTimestamp"):
+        return _State("False", "PodTerminating", f"pod {name} is terminating")
+    condition = _pod_condition(pod, "PodScheduled")
+    if condition and condition.get("status") == "True":
+        node = pod.get("spec", {}).get("nodeName", "")
+        return _State("True", "Scheduled", f"pod {name} is assigned to node {node}")
+    if condition and condition.get("reason") == "Unschedulable":
+        return _State("False", "Unschedulable", condition.get("message") or f"pod {name} cannot be scheduled")
+    return _State("False", "Pending", f"pod {name} is waiting for the scheduler")
+
+
+def _describe_last_exit(status: Manifest) -> str:
+    terminated = status.get("lastState", {}).get("terminated") or {}
+    if not terminated:
+        return ""
+    return f" (last exit code {terminated.get('exitCode')}, reason {terminated.get('reason', 'unknown')})"
+
+
+def _waiting(status: Manifest, what: str) -> _State | None:
+    waiting = status.get("state", {}).get("waiting")
+    if not waiting:
+        return None
+    reason = waiting.get("reason") or "Waiting"
+    message = waiting.get("message") or f"{what} is waiting: {reason}"
+    if reason == "CrashLoopBackOff":
+        message = (
+            f"{what} keeps crashing (restarts: {status.get('restartCount', 0)}){_describe_last_exit(status)}"
+        )
+    return _State("False", reason, message)
+
+
+def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -> _State:
+    if pod is None:
+        return scheduled
+    failed = _pod_failed(pod)
+    if failed:
+        return failed
+    if not scheduled.ok:
+        return scheduled
+    status = container_status(pod, AGENTCTL_CONTAINER, init=True)
+    if status is None:
+        return _State("False", "ContainerCreating", "waiting for the kubelet to start agentctl")
+    if status.get("ready"):
+        return _State("True", "ProbeSucceeded", "agentctl answers its readiness probe (GET /health)")
+    waiting = _waiting(status, "agentctl")
+    if waiting:
+        return waiting
+    terminated = status.get("state", {}).get("terminated")
+    if terminated:
+        return _State("False", "Terminated", f"agentctl exited with code {terminated.get('exitCode')}")
+    if not status.get("started"):
+        return _State("False", "Starting", "agentctl is running; waiting for its startup probe (GET /health)")
+    detail = f": {obs.probe_message}" if obs.probe_message else ""
+    return _State(
+        "False",
+        "ProbeFailing",
+        f"agentctl is running but its readiness probe (GET /health) fails{detail} "
+        f"(restarts: {status.get('restartCount', 0)})",
+    )
+
+
+def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State) -> _State:
+    if pod is not None:
+        agent = container_status(pod, AGENT_CONTAINER, init=False)
+        waiting = _waiting(agent, "the agent container") if agent else None
+        if waiting and waiting.reason not in {"ContainerCreating", "PodInitializing"}:
+            return waiting
+    if not agentctl.ok:
+        return _State("False", "AgentctlNotReady", "waiting for agentctl to become ready")
+    assert pod is not None  # agentctl is ready only in a pod
+    acp = obs.previous.acp
+    uid = pod["metadata"].get("uid")
+    restarts = agentctl_restart_count(pod)
+    if acp is None or acp.podUID != uid:
+        return _State("False", "Initializing", "starting the ACP session through agentctl")
+    if acp.agentctlRestartCount != restarts:
+        return _State(
+            "False", "AgentctlRestarted", f"agentctl restarted ({restarts}); resuming the ACP session"
+        )
+    if acp.lastError:
+        return _State("False", "InitializeFailed", acp.lastError)
+    mode = f", mode {acp.currentModeId}" if acp.currentModeId else ""
+    return _State("True", "Initialized", f"ACP session {acp.sessionId} is ready{mode}")
+
+
+def _summary(obs: Observation, states: dict[ConditionType, _State]) -> _State:
+    if obs.deleting:
+        return _State("False", "Terminating", "the session is being deleted")
+    if obs.suspend:
+        return _State("False", "Suspended", "spec.suspend is true: the agent is not running")
+    for kind in ("PodScheduled", "AgentctlReady", "AgentInitialized"):
+        state = states[kind]
+        if not state.ok:
+            return state
+    return _State("True", "Ready", "the agent is ready for prompts")
+
+
+def _phase(obs: Observation, ready: _State) -> Phase:
+    if obs.deleting:
+        return "Terminating"
+    if obs.suspend:
+        return "Suspended"
+    if ready.ok:
+        return "Ready"
+    if ready.reason in FAILED_REASONS:
+        return "Failed"
+    if ready.reason in PENDING_REASONS:
+        return "Pending"
+    return "Starting"
+
+
+def _conditions(obs: Observation, states: dict[ConditionType, _State]) -> list[Condition]:
+    result = []
+    for kind in CONDITION_ORDER:
+        state = states[kind]
+        previous = obs.previous.condition(kind)
+        changed = previous is None or previous.status != state.status
+        result.append(
+            Condition(
+                type=kind,
+                status=state.status,
+                reason=state.reason,
+                message=state.message,
+                lastTransitionTime=obs.now if changed or previous is None else previous.lastTransitionTime,
+                observedGeneration=obs.generation,
+            )
+        )
+    return result
+
+
+def _seconds_between(start: datetime | None, end: datetime | None) -> float | None:
+    return round((end - start).total_seconds(), 3) if start and end else None
+
+
+def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation) -> StartupTimings | None:
+    if pod is None:
+        return None
+    created = _parse_time(pod["metadata"].get("creationTimestamp"))
+    by_type = {c.type: c for c in conditions}
+
+    def when_true(kind: ConditionType) -> datetime | None:
+        condition = by_type[kind]
+        return condition.lastTransitionTime if condition.status == "True" else None
+
+    acp = obs.previous.acp
+    initialized = acp.initializedTime if acp and acp.podUID == pod["metadata"].get("uid") else None
+    return StartupTimings(
+        scheduledSeconds=_seconds_between(created, when_true("PodScheduled")),
+        agentctlReadySeconds=_seconds_between(created, when_true("AgentctlReady")),
+        initializedSeconds=_seconds_between(
+            created, initialized if by_type["AgentInitialized"].status == "True" else None
+        ),
+    )
+
+
+def map_status(obs: Observation) -> AgentSessionStatus:
+    pod = obs.pod
+    scheduled = _scheduled(obs, pod)
+    agentctl = _agentctl_ready(obs, pod, scheduled)
+    states: dict[ConditionType, _State] = {
+        "PodScheduled": scheduled,
+        "AgentctlReady": agentctl,
+        "AgentInitialized": _agent_initialized(obs, pod, agentctl),
+        "Suspended": (
+            _State("True", "Suspended", "spec.suspend is true: no pod runs; the workspace is kept")
+            if obs.suspend
+            else _State("False", "Active", "the session runs a pod")
+        ),
+    }
+    states["Ready"] = _summary(obs, states)
+    conditions = _conditions(obs, states)
+    ready = conditions[-1]
+    pod_status = pod.get("status", {}) if pod else {}
+    pod_ip = pod_status.get("podIP")
+    restarts = None
+    if pod:
+        restarts = sum(
+            int(s.get("restartCount", 0))
+            for s in (pod_status.get("initContainerStatuses") or [])
+            + (pod_status.get("containerStatuses") or [])
+        )
+    return AgentSessionStatus(
+        phase=_phase(obs, states["Ready"]),
+        conditions=conditions,
+        observedGeneration=obs.generation,
+        podName=pod["metadata"]["name"] if pod else None,
+        podUID=pod["metadata"].get("uid") if pod else None,
+        podIP=pod_ip,
+        agentctlEndpoint=f"http://{pod_ip}:{obs.agentctl_port}" if pod_ip else None,
+        startTime=_parse_time(pod_status.get("startTime")),
+        readyTime=ready.lastTransitionTime if ready.status == "True" else None,
+        restartCount=restarts,
+        podsCreated=obs.previous.podsCreated,
+        acp=obs.previous.acp,
+        startup=_startup(pod, conditions, obs),
+    )

@@ -1,0 +1,157 @@
+"""kopf wiring: every handler only records what it saw and triggers the one reconcile.
+
+Run with `agentsession-operator` (or `kopf run -m agentsession.controller.handlers`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from agentsession.api.constants import GROUP, LABEL_SESSION, PLURAL, VERSION
+from agentsession.controller.agentctl_client import AgentctlClient
+from agentsession.controller.config import OperatorConfig
+from agentsession.controller.kube import KubeApi, load_api_client
+from agentsession.controller.reconciler import Reconciler
+from agentsession.controller.watch_health import WatchHealth
+from agentsession.controller.work_queue import WorkQueue
+
+SESSIONS: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL}
+SESSION_PODS: dict[str, Any] = {"labels": {LABEL_SESSION: kopf.PRESENT}}
+FINALIZER = f"{GROUP}/finalizer"
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OperatorState:
+    config: OperatorConfig
+    kube: KubeApi
+    agentctl: AgentctlClient
+    queue: WorkQueue
+    watch_health: WatchHealth
+    metrics_runner: web.AppRunner | None
+
+
+def _state(memo: kopf.Memo) -> OperatorState:
+    state: OperatorState = memo["state"]
+    return state
+
+
+def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    settings.persistence.finalizer = FINALIZER
+    # Status is structural and pruned, so kopf keeps its bookkeeping in annotations, not in status.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.watching.inactivity_timeout = 90
+    settings.networking.request_timeout = 30
+    # The reconciler posts its own Events; kopf's would repeat handler log lines as Events.
+    settings.posting.level = logging.ERROR
+    settings.execution.max_workers = 8
+
+
+async def _serve_metrics(config: OperatorConfig) -> web.AppRunner | None:
+    if config.metrics_port == 0:
+        return None
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, config.metrics_host, config.metrics_port).start()
+    log.info("serving metrics on http://%s:%d/metrics", config.metrics_host, config.metrics_port)
+    return runner
+
+
+@kopf.index("pods", **SESSION_PODS)
+def pods_by_name(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any]:
+    return {(namespace or "", name): copy.deepcopy(dict(body))}
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
+    # kopf passes every index to every handler by its name; the reconciler reads pods from this one.
+    pods: kopf.Index[tuple[str, str], Any] = kwargs["pods_by_name"]
+    config: OperatorConfig = memo.get("config") or OperatorConfig()
+    configure_settings(settings, config)
+    kube = KubeApi(load_api_client())
+    agentctl = AgentctlClient(config.start_timeout_seconds)
+
+    def pod_lookup(namespace: str, name: str) -> dict[str, Any] | None:
+        found = pods.get((namespace, name))
+        return next(iter(found), None) if found else None
+
+    reconciler = Reconciler(config, kube, agentctl, pod_lookup)
+    memo["state"] = OperatorState(
+        config=config,
+        kube=kube,
+        agentctl=agentctl,
+        queue=WorkQueue(reconciler.reconcile),
+        watch_health=WatchHealth(config.watch_stall_seconds),
+        metrics_runner=await _serve_metrics(config),
+    )
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    await state.queue.shutdown()
+    await state.agentctl.close()
+    if state.metrics_runner is not None:
+        await state.metrics_runner.cleanup()
+
+
+@kopf.on.resume(**SESSIONS)
+@kopf.on.create(**SESSIONS)
+@kopf.on.update(**SESSIONS)
+async def session_changed(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    _state(memo).queue.trigger((namespace or "", name))
+
+
+@kopf.on.delete(**SESSIONS, optional=True)
+async def session_deleted(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    state.watch_health.forget((namespace or "", name))
+    state.queue.trigger((namespace or "", name))
+
+
+@kopf.on.event(**SESSIONS)
+async def session_seen(namespace: str | None, name: str, meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> None:
+    _state(memo).watch_health.record((namespace or "", name), str(meta.get("resourceVersion")))
+
+
+@kopf.on.event("pods", **SESSION_PODS)
+async def pod_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    _state(memo).queue.trigger((namespace or "", labels[LABEL_SESSION]))
+
+
+@kopf.on.probe(id="watch")
+async def watch_is_live(memo: kopf.Memo, **_: Any) -> dict[str, int]:
+    state = _state(memo)
+    listed = {
+        (item["metadata"]["namespace"], item["metadata"]["name"]): str(item["metadata"]["resourceVersion"])
+        for item in await state.kube.list_sessions()
+        if not state.config.namespaces or item["metadata"]["namespace"] in state.config.namespaces
+    }
+    stalled = state.watch_health.stalled(listed, time.monotonic())
+    if stalled:
+        names = ", ".join(f"{ns}/{name}" for ns, name in stalled[:5])
+        raise kopf.PermanentError(
+            f"the AgentSession watch is stalled: {len(stalled)} object(s) changed with no watch event "
+            f"for over {state.config.watch_stall_seconds:.0f}s ({names}); restart the operator"
+        )
+    return {"sessions": len(listed)}

@@ -1,0 +1,25 @@
+"""Prometheus metrics of the operator (served on /metrics by the metrics server in handlers)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+STAGE_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+
+SESSIONS = Gauge("agentsession_sessions", "AgentSessions by phase, as last reconciled.", ["phase"])
+STARTUP_STAGE_SECONDS = Histogram(
+    "agentsession_startup_stage_seconds",
+    "Seconds from pod creation to each startup stage (scheduled, agentctl_ready, acp_initialized).",
+    ["stage"],
+    buckets=STAGE_BUCKETS,
+)
+RECONCILE_SECONDS = Histogram(
+    "agentsession_reconcile_duration_seconds", "Duration of one reconcile of one AgentSession."
+)
+RECONCILE_ERRORS = Counter(
+    "agentsession_reconcile_errors_total", "Reconciles that failed, by error kind.", ["kind"]
+)
+AGENTCTL_CALL_SECONDS = Histogram(
+    "agentsession_agentctl_call_duration_seconds", "Latency of calls to agentctl.", ["call", "outcome"]
+)
+EVENTS_POSTED = Counter("agentsession_events_total", "Kubernetes Events posted, by type.", ["type"])

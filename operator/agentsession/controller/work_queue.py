@@ -1,0 +1,83 @@
+"""Runs reconciles one at a time per session, coalescing triggers, with delayed requeues.
+
+kopf handlers only trigger; this queue makes sure that a burst of pod and session events becomes at most
+one running reconcile plus one queued reconcile per session, so the operator never races itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+Key = tuple[str, str]
+ReconcileFn = Callable[[str, str], Awaitable[float | None]]
+
+log = logging.getLogger(__name__)
+MAX_BACKOFF_SECONDS = 60.0
+
+
+class WorkQueue:
+    def __init__(self, reconcile: ReconcileFn) -> None:
+        self._reconcile = reconcile
+        self._running: dict[Key, asyncio.Task[None]] = {}
+        self._dirty: set[Key] = set()
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self._failures: dict[Key, int] = {}
+
+    def trigger(self, key: Key) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        if key in self._running:
+            self._dirty.add(key)
+            return
+        self._running[key] = asyncio.create_task(self._run(key), name=f"reconcile {key[0]}/{key[1]}")
+
+    def requeue(self, key: Key, delay: float) -> None:
+        if key in self._timers:
+            return
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(delay, self._fire, key)
+
+    def _fire(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.trigger(key)
+
+    async def _run(self, key: Key) -> None:
+        try:
+            while True:
+                self._dirty.discard(key)
+                delay = await self._attempt(key)
+                if key not in self._dirty:
+                    break
+            if delay is not None:
+                self.requeue(key, delay)
+        finally:
+            del self._running[key]
+
+    async def _attempt(self, key: Key) -> float | None:
+        try:
+            delay = await self._reconcile(*key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            backoff = min(MAX_BACKOFF_SECONDS, 2.0 ** min(failures, 6)) * random.uniform(0.8, 1.2)
+            log.exception(
+                "reconcile of %s/%s failed (attempt %d); retrying in %.1fs", *key, failures, backoff
+            )
+            return backoff
+        self._failures.pop(key, None)
+        return delay
+
+    async def shutdown(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,530 @@
+"""The ACP client side: drives the agent through the SDK's ClientSideConnection and tracks its state.
+
+One bridge per agentctl. Agent messages are journaled in arrival order; the agent's process state and ACP state
+(session, modes, running turn) are kept here for `GET /api/v1/status`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar, cast
+
+from acp import PROTOCOL_VERSION, Client, RequestError, connect_to_agent
+from acp.client.connection import ClientSideConnection
+from acp.schema import (
+    ClientCapabilities,
+    FileSystemCapabilities,
+    Implementation,
+    PermissionOption,
+    PromptRequest,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+)
+from pydantic import ValidationError
+
+from agentsession.agentctl import __version__
+from agentsession.agentctl.channel import AgentChannel
+from agentsession.agentctl.clock import utc_now
+from agentsession.agentctl.config import Config
+from agentsession.agentctl.errors import ApiError, agent_unavailable, conflict, from_agent_error
+from agentsession.agentctl.events import EventHub
+from agentsession.agentctl.metrics import Metrics
+from agentsession.agentctl.permissions import PermissionBroker
+from agentsession.agentctl.session_store import SessionStore
+from agentsession.agentctl.transport import AgentTransport
+from agentsession.agentctl_api import AgentIdentity, SessionMode, StartRequest, StartResponse
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_GARBAGE_REPORTS = 20
+REATTACH_DELAY = 0.5
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    out: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return out
+
+
+class BridgeClient:
+    """The `acp.Client` agentctl offers the agent: permissions and updates, no file system or terminals."""
+
+    def __init__(self, bridge: AgentBridge) -> None:
+        self._bridge = bridge
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
+    ) -> RequestPermissionResponse:
+        outcome = await self._bridge.permissions.request(
+            session_id, _dump(tool_call), [_dump(o) for o in options]
+        )
+        return RequestPermissionResponse.model_validate({"outcome": outcome})
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        # Journaled by the channel, in arrival order; the SDK's per-message tasks could reorder them here.
+        return None
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise RequestError.method_not_found(method)
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        return None
+
+    def on_connect(self, conn: Any) -> None:
+        return None
+
+
+class AcpState:
+    def __init__(self) -> None:
+        self.initialized = False
+        self.protocol_version: int | None = None
+        self.agent_info: dict[str, Any] | None = None
+        self.agent_capabilities: dict[str, Any] = {}
+        self.session_id: str | None = None
+        self.cwd: str | None = None
+        self.current_mode_id: str | None = None
+        self.available_modes: list[dict[str, Any]] = []
+        self.turn_started_at: str | None = None
+        self.last_stop_reason: str | None = None
+
+    @property
+    def load_session(self) -> bool:
+        return bool(self.agent_capabilities.get("loadSession"))
+
+    def set_modes(self, modes: Any) -> None:
+        if modes is None:
+            return
+        self.current_mode_id = modes.current_mode_id
+        self.available_modes = [_dump(m) for m in modes.available_modes]
+
+
+class AgentBridge:
+    def __init__(
+        self,
+        config: Config,
+        transport: AgentTransport,
+        hub: EventHub,
+        permissions: PermissionBroker,
+        metrics: Metrics,
+        store: SessionStore,
+    ) -> None:
+        self.config = config
+        self.transport = transport
+        self.hub = hub
+        self.permissions = permissions
+        self.metrics = metrics
+        self.store = store
+        self.state = "stopped"
+        self.last_error: str | None = None
+        self.last_error_at: str | None = None
+        self.pid: int | None = None
+        self.attachments = 0
+        self.acp = AcpState()
+        self._conn: ClientSideConnection | None = None
+        self._channel: AgentChannel | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._op_lock = asyncio.Lock()
+        self._turn: asyncio.Task[str] | None = None
+        self._suppress_replay = False
+        self._garbage_reports = 0
+        self._stop_requested = False
+        self._resume_wanted = False
+        self._reattach: asyncio.Task[None] | None = None
+
+    # ----- status -----
+
+    @property
+    def turn_running(self) -> bool:
+        return self._turn is not None and not self._turn.done()
+
+    def status(self) -> dict[str, Any]:
+        a = self.acp
+        return {
+            "state": self.state,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
+            "pid": self.pid,
+            "attachments": self.attachments,
+            **self.transport.describe(),
+            "acp": {
+                "initialized": a.initialized,
+                "protocol_version": a.protocol_version,
+                "agent_info": a.agent_info,
+                "load_session": a.load_session,
+                "session_id": a.session_id,
+                "cwd": a.cwd,
+                "current_mode_id": a.current_mode_id,
+                "available_modes": a.available_modes,
+                "turn_running": self.turn_running,
+                "turn_started_at": a.turn_started_at if self.turn_running else None,
+                "last_stop_reason": a.last_stop_reason,
+            },
+        }
+
+    def _record_error(self, message: str, kind: str) -> None:
+        self.last_error = message
+        self.last_error_at = utc_now()
+        self.metrics.errors.labels(kind).inc()
+        self.hub.publish(
+            "agent_error", {"error": kind, "message": message, "session_id": self.acp.session_id}
+        )
+        log.warning("agent error: %s", message, extra={"kind": kind})
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ----- messages from the agent (called by the channel, in order) -----
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        if message.get("method") != "session/update" or "id" in message:
+            return
+        params = message.get("params")
+        update = params.get("update") if isinstance(params, dict) else None
+        if not isinstance(update, dict) or not isinstance(update.get("sessionUpdate"), str):
+            self._record_error(
+                f"agent sent a malformed session/update: {str(params)[:200]}", "agent_protocol"
+            )
+            return
+        kind = update["sessionUpdate"]
+        if kind == "current_mode_update" and isinstance(update.get("currentModeId"), str):
+            self.acp.current_mode_id = update["currentModeId"]
+        if self._suppress_replay:
+            # session/load replays what the journal already holds; journaling it again would duplicate it.
+            self.metrics.updates.labels("replayed").inc()
+            return
+        self.metrics.updates.labels(kind).inc()
+        self.hub.publish("session_update", cast(dict[str, Any], params))
+
+    def _on_garbage(self, line: bytes) -> None:
+        self._garbage_reports += 1
+        if self._garbage_reports > MAX_GARBAGE_REPORTS:
+            self.metrics.errors.labels("agent_protocol").inc()
+            return
+        preview = line[:200].decode("utf-8", "replace")
+        self._record_error(
+            f"agent wrote a line to stdout that is not JSON-RPC: {preview!r}", "agent_protocol"
+        )
+
+    # ----- attachment -----
+
+    async def _attach(self, wait_s: float | None) -> ClientSideConnection:
+        if self._conn is not None:
+            return self._conn
+        self.state = "starting"
+        try:
+            pipes = await asyncio.wait_for(self.transport.attach(), wait_s)
+        except TimeoutError:
+            self.state = "error"
+            raise agent_unavailable(
+                f"the agent did not connect within {wait_s:g}s ({self.transport.name} transport); retry later"
+            ) from None
+        except (ConnectionError, OSError) as exc:
+            self.state = "error"
+            self.last_error, self.last_error_at = str(exc), utc_now()
+            raise agent_unavailable(str(exc)) from exc
+        channel = AgentChannel(pipes, self._on_message, self._on_garbage)
+        # BridgeClient implements the part of acp.Client an agentctl offers; the SDK answers the rest.
+        conn = connect_to_agent(cast(Client, BridgeClient(self)), channel)
+        self._conn, self._channel = conn, channel
+        self.pid = pipes.pid
+        self.attachments += 1
+        self.metrics.agent_attachments.inc()
+        self._garbage_reports = 0
+        self._stop_requested = False
+        self.state = "running"
+        self._spawn(self._watch(channel, conn), "agentctl.watch")
+        return conn
+
+    async def _watch(self, channel: AgentChannel, conn: ClientSideConnection) -> None:
+        await channel.eof.wait()
+        if self._conn is not conn:
+            return
+        self._conn = self._channel = None
+        reason = await self.transport.exit_reason()
+        turn_was_running = self.turn_running
+        self.permissions.cancel_all("agent_exited")
+        self._reset_acp()
+        with contextlib.suppress(Exception):
+            await conn.close()
+        if self._stop_requested:
+            self.state = "stopped"
+            return
+        self.state = "error"
+        what = "agent exited during a turn" if turn_was_running else "agent exited"
+        self._record_error(f"{what}: {reason}", "agent_exited")
+        if self.transport.name == "fifo" and self._resume_wanted:
+            self._reattach = self._spawn(self._reattach_loop(), "agentctl.reattach")
+
+    async def _reattach_loop(self) -> None:
+        """A restarted agent container reopens the FIFOs; resume its session there without re-prompting."""
+        while not self._stop_requested:
+            try:
+                await self.start(StartRequest(), attach_wait_s=None)
+                log.info("re-attached to the restarted agent", extra={"session_id": self.acp.session_id})
+                return
+            except ApiError as exc:
+                log.warning("re-attach failed: %s", exc.message)
+                await asyncio.sleep(REATTACH_DELAY)
+
+    def _reset_acp(self) -> None:
+        self.acp = AcpState()
+        self.pid = None
+
+    def _require_conn(self) -> ClientSideConnection:
+        if self._conn is None:
+            raise conflict(
+                f"the agent is not attached (state {self.state}"
+                + (f", last error: {self.last_error}" if self.last_error else "")
+                + "); call POST /api/v1/start"
+            )
+        return self._conn
+
+    def _require_session(self, session_id: str | None) -> str:
+        self._require_conn()
+        if not self.acp.initialized or self.acp.session_id is None:
+            raise conflict("no ACP session yet; call POST /api/v1/start or /api/v1/acp/session/new first")
+        if session_id is not None and session_id != self.acp.session_id:
+            raise ApiError(404, "not_found", f"session {session_id!r} is not the current session")
+        return self.acp.session_id
+
+    async def _call(self, method: str, call: Awaitable[T], wait_s: float | None = None) -> T:
+        try:
+            return await asyncio.wait_for(call, wait_s if wait_s is not None else self.config.attach_timeout)
+        except RequestError as exc:
+            raise from_agent_error(method, exc) from exc
+        except TimeoutError:
+            raise ApiError(504, "agent_timeout", f"agent did not answer {method} in time") from None
+        except ConnectionError as exc:
+            reason = self.last_error or str(exc)
+            raise ApiError(502, "agent_exited", f"agent connection lost during {method}: {reason}") from exc
+
+    # ----- ACP operations -----
+
+    def _check_cwd(self, cwd: str | None) -> str:
+        if cwd is None:
+            return self.acp.cwd or self.store.record.cwd or str(self.config.workdir)
+        from pathlib import Path
+
+        path = Path(cwd)
+        if not path.is_absolute() or "\x00" in cwd:
+            raise ApiError(422, "validation_error", f"cwd must be an absolute path, got {cwd!r}")
+        if not path.is_dir():
+            raise ApiError(422, "validation_error", f"cwd {cwd!r} is not an existing directory")
+        return cwd
+
+    async def initialize(self, protocol_version: int = PROTOCOL_VERSION) -> dict[str, Any]:
+        conn = await self._attach(self.config.attach_timeout)
+        resp = await self._call(
+            "initialize",
+            conn.initialize(
+                protocol_version=protocol_version,
+                client_capabilities=ClientCapabilities(
+                    fs=FileSystemCapabilities(read_text_file=False, write_text_file=False), terminal=False
+                ),
+                client_info=Implementation(name="agentctl", title="agentctl", version=__version__),
+            ),
+        )
+        self.acp.initialized = True
+        self.acp.protocol_version = resp.protocol_version
+        self.acp.agent_info = _dump(resp.agent_info) if resp.agent_info else None
+        self.acp.agent_capabilities = _dump(resp.agent_capabilities) if resp.agent_capabilities else {}
+        return _dump(resp)
+
+    def _require_initialized(self) -> ClientSideConnection:
+        conn = self._require_conn()
+        if not self.acp.initialized:
+            raise conflict("ACP is not initialized; call POST /api/v1/acp/initialize or /api/v1/start first")
+        return conn
+
+    async def new_session(self, cwd: str | None) -> dict[str, Any]:
+        conn = self._require_initialized()
+        cwd = self._check_cwd(cwd)
+        resp = await self._call("session/new", conn.new_session(cwd=cwd, mcp_servers=[]))
+        self.acp.session_id, self.acp.cwd = resp.session_id, cwd
+        self.acp.current_mode_id, self.acp.available_modes = None, []
+        self.acp.set_modes(resp.modes)
+        self._remember(prompt_sent=False)
+        return _dump(resp)
+
+    async def load_session(self, session_id: str, cwd: str | None) -> dict[str, Any]:
+        conn = self._require_initialized()
+        if not self.acp.load_session:
+            raise ApiError(501, "agent_unsupported", "the agent does not support session/load")
+        cwd = self._check_cwd(cwd)
+        self._suppress_replay = self.hub.journal.has_entries()
+        try:
+            resp = await self._call(
+                "session/load", conn.load_session(cwd=cwd, session_id=session_id, mcp_servers=[])
+            )
+        finally:
+            self._suppress_replay = False
+        self.acp.session_id, self.acp.cwd = session_id, cwd
+        if resp is not None:
+            self.acp.set_modes(resp.modes)
+        if self.store.record.session_id != session_id:
+            self._remember(prompt_sent=False)
+        return _dump(resp) if resp is not None else {}
+
+    def _remember(self, prompt_sent: bool) -> None:
+        rec = self.store.record
+        rec.session_id, rec.cwd, rec.prompt_sent = self.acp.session_id, self.acp.cwd, prompt_sent
+        rec.mode_id = self.acp.current_mode_id
+        self.store.save()
+
+    def _blocks(self, prompt: str | list[dict[str, Any]], session_id: str) -> list[Any]:
+        raw = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else prompt
+        try:
+            return list(PromptRequest.model_validate({"sessionId": session_id, "prompt": raw}).prompt)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ApiError(
+                422, "validation_error", f"invalid prompt content block at {where}: {first['msg']}"
+            ) from exc
+
+    def begin_turn(
+        self, prompt: str | list[dict[str, Any]], session_id: str | None = None
+    ) -> asyncio.Task[str]:
+        sid = self._require_session(session_id)
+        if self.turn_running:
+            raise conflict("a prompt turn is already running; wait for it or POST /api/v1/acp/cancel")
+        blocks = self._blocks(prompt, sid)
+        for block in blocks:
+            # Agents do not echo the user's prompt during a turn; the journal records it so history is whole.
+            self.hub.publish(
+                "session_update",
+                {
+                    "sessionId": sid,
+                    "update": {"sessionUpdate": "user_message_chunk", "content": _dump(block)},
+                },
+            )
+        self.acp.turn_started_at = utc_now()
+        turn = self._spawn(self._run_turn(sid, blocks), "agentctl.turn")
+        self._turn = turn
+        return turn
+
+    async def _run_turn(self, session_id: str, blocks: list[Any]) -> str:
+        conn = self._require_conn()
+        started = time.monotonic()
+        stop_reason = "error"
+        try:
+            resp = await self._call(
+                "session/prompt", conn.prompt(session_id=session_id, prompt=blocks), wait_s=1e9
+            )
+            stop_reason = str(resp.stop_reason)
+            return stop_reason
+        except ApiError as exc:
+            self.hub.publish(
+                "turn_end", {"sessionId": session_id, "stopReason": "error", "error": exc.message}
+            )
+            raise
+        finally:
+            self.metrics.turns.labels(stop_reason).inc()
+            self.metrics.turn_duration.observe(time.monotonic() - started)
+            self.acp.last_stop_reason = stop_reason
+            if stop_reason != "error":
+                self.hub.publish("turn_end", {"sessionId": session_id, "stopReason": stop_reason})
+
+    async def cancel(self, session_id: str | None) -> bool:
+        sid = self._require_session(session_id)
+        conn = self._require_conn()
+        # ACP: on cancel the client answers every pending permission request of the turn with "cancelled".
+        self.permissions.cancel_all("turn_cancelled")
+        await self._call("session/cancel", conn.cancel(session_id=sid))
+        return self.turn_running
+
+    async def set_mode(self, mode_id: str, session_id: str | None) -> str:
+        sid = self._require_session(session_id)
+        conn = self._require_conn()
+        known = [m.get("id") for m in self.acp.available_modes]
+        if known and mode_id not in known:
+            raise ApiError(422, "validation_error", f"mode_id {mode_id!r} is not one of {known}")
+        await self._call("session/set_mode", conn.set_session_mode(session_id=sid, mode_id=mode_id))
+        self.acp.current_mode_id = mode_id
+        self.store.record.mode_id = mode_id
+        self.store.save()
+        return mode_id
+
+    # ----- the operator's entry point -----
+
+    async def start(self, req: StartRequest, attach_wait_s: float | None = -1) -> StartResponse:
+        attach_timeout = self.config.attach_timeout if attach_wait_s == -1 else attach_wait_s
+        async with self._op_lock:
+            self._resume_wanted = True
+            await self._attach(attach_timeout)
+            if not self.acp.initialized:
+                await self.initialize()
+            wanted = req.session_id or self.store.record.session_id
+            resumed = prompt_sent = False
+            extra: dict[str, Any] = {}
+            if self.acp.session_id is not None and wanted in (None, self.acp.session_id):
+                pass  # idempotent repeat
+            elif wanted is not None:
+                cwd = req.cwd or self.store.record.cwd
+                if self.acp.load_session:
+                    try:
+                        await self.load_session(wanted, cwd)
+                        resumed = True
+                    except ApiError as exc:
+                        if exc.status >= 500 and exc.code != "agent_unsupported":
+                            raise
+                        # The agent lost the session (e.g. its store was outside the workspace). The journal
+                        # still has the history; continue in a new ACP session without re-sending the prompt.
+                        extra["load_error"] = exc.message
+                        await self.new_session(cwd)
+                else:
+                    await self.new_session(cwd)
+                    extra["load_error"] = "the agent does not support session/load; started a new session"
+            else:
+                await self.new_session(req.cwd)
+                if req.prompt:
+                    self.begin_turn(req.prompt)
+                    prompt_sent = True
+                    self._remember(prompt_sent=True)
+            mode = req.mode_id or (self.store.record.mode_id if resumed else None)
+            if mode and mode != self.acp.current_mode_id:
+                await self.set_mode(mode, None)
+            assert self.acp.session_id is not None
+            info = self.acp.agent_info
+            return StartResponse(
+                success=True,
+                session_id=self.acp.session_id,
+                resumed=resumed,
+                prompt_sent=prompt_sent,
+                current_mode_id=self.acp.current_mode_id,
+                available_modes=[SessionMode.model_validate(m) for m in self.acp.available_modes],
+                agent_info=AgentIdentity.model_validate(info) if info else None,
+                protocol_version=self.acp.protocol_version or PROTOCOL_VERSION,
+                **extra,
+            )
+
+    async def stop(self) -> None:
+        async with self._op_lock:
+            self._stop_requested = True
+            self._resume_wanted = False
+            if self._reattach is not None:
+                self._reattach.cancel()
+            conn, self._conn, self._channel = self._conn, None, None
+            self.state = "stopping"
+            self.permissions.cancel_all("agent_stopped")
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+            await self.transport.detach(stop_agent=True)
+            self._reset_acp()
+            self.state = "stopped"
+
+    async def shutdown(self) -> None:
+        await self.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

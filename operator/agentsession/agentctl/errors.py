@@ -1,0 +1,38 @@
+"""The one error type of the HTTP API; the middleware turns it into an ErrorResponse body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acp import RequestError
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def conflict(message: str) -> ApiError:
+    return ApiError(409, "conflict", message)
+
+
+def agent_unavailable(message: str) -> ApiError:
+    return ApiError(503, "agent_unavailable", message)
+
+
+def from_agent_error(method: str, exc: RequestError) -> ApiError:
+    """Map a JSON-RPC error from the agent: its complaints about our input are the caller's 4xx."""
+    code = getattr(exc, "code", -32603)
+    data = getattr(exc, "data", None)
+    text = f"agent rejected {method}: {exc}" + (f" ({data})" if data else "")
+    if code in (-32602, -32600):
+        return ApiError(400, "agent_rejected", text, agent_error_code=code)
+    if code == -32002:
+        return ApiError(404, "not_found", text, agent_error_code=code)
+    if code == -32601:
+        return ApiError(501, "agent_unsupported", f"agent does not implement {method}", agent_error_code=code)
+    return ApiError(502, "agent_error", text, agent_error_code=code)

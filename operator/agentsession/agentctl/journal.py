@@ -1,0 +1,98 @@
+"""Append-only history of everything the clients see, on the workspace volume.
+
+Each line is one JSON entry `{"seq", "timestamp", "kind", "notification"}`. The file outlives agentctl and the
+agent, so `seq` continues where the last process stopped and a reader can ask for everything after a seq.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from agentsession.agentctl.clock import utc_now
+
+log = logging.getLogger(__name__)
+
+Entry = dict[str, Any]
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._last_seq = self._recover()
+        # Appends are a few hundred bytes; a synchronous write to the page cache is cheaper than a thread hop
+        # and keeps the order of entries identical to the order of the agent's messages.
+        self._file = path.open("a", encoding="utf-8")
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    def _recover(self) -> int:
+        """Find the last seq, dropping a torn final line left by a crash mid-write."""
+        if not self._path.exists():
+            return 0
+        last = 0
+        good_size = 0
+        with self._path.open("rb") as f:
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    break
+                try:
+                    last = int(json.loads(raw)["seq"])
+                except (ValueError, KeyError, TypeError):
+                    break
+                good_size += len(raw)
+        if good_size != self._path.stat().st_size:
+            log.warning(
+                "journal: truncating damaged tail", extra={"path": str(self._path), "size": good_size}
+            )
+            os.truncate(self._path, good_size)
+        return last
+
+    def append(self, kind: str, notification: dict[str, Any]) -> Entry:
+        entry: Entry = {
+            "seq": self._last_seq + 1,
+            "timestamp": utc_now(),
+            "kind": kind,
+            "notification": notification,
+        }
+        self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        self._file.flush()
+        self._last_seq += 1
+        return entry
+
+    def read(self, after: int = 0, upto: int | None = None, limit: int | None = None) -> list[Entry]:
+        """Entries with after < seq <= upto, oldest first. Blocking: call it in a thread."""
+        upto = self._last_seq if upto is None else upto
+        out: list[Entry] = []
+        if upto <= after:
+            return out
+        with self._path.open("rb") as f:
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    break  # an append still in flight
+                entry = json.loads(raw)
+                seq = entry["seq"]
+                if seq <= after:
+                    continue
+                if seq > upto:
+                    break
+                out.append(entry)
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    def has_entries(self) -> bool:
+        return self._last_seq > 0
+
+    def close(self) -> None:
+        self._file.close()

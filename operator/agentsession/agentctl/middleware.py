@@ -1,0 +1,100 @@
+"""Errors in one JSON shape, bearer-token auth, request size limit, request metrics."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from agentsession.agentctl.errors import ApiError
+from agentsession.agentctl.http_common import dumps
+from agentsession.agentctl.metrics import Metrics
+from agentsession.agentctl_api import HEALTH_PATH, ErrorResponse
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    426: "upgrade_required",
+}
+
+
+def error_response(status: int, code: str, message: str, **details: object) -> web.Response:
+    body = ErrorResponse(error=code, message=message, **details).model_dump(exclude_none=True)
+    resp = web.json_response(body, status=status, dumps=dumps)
+    if status == 401:
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="agentctl"'
+    return resp
+
+
+def _http_message(request: web.Request, exc: web.HTTPException, max_body: int) -> str:
+    if exc.status == 404:
+        return f"no route {request.method} {request.path}; the API is described at /api/v1/openapi.json"
+    if exc.status == 405:
+        allowed = ", ".join(sorted(getattr(exc, "allowed_methods", ()) or ()))
+        return f"method {request.method} is not allowed on {request.path}" + (
+            f"; use {allowed}" if allowed else ""
+        )
+    if exc.status == 413:
+        return f"request body is larger than the limit of {max_body} bytes"
+    return exc.text or exc.reason
+
+
+def make_middlewares(token: str | None, max_body: int, metrics: Metrics) -> list[web.middleware]:  # type: ignore[valid-type]
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = (
+            request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+        )
+        try:
+            resp = await handler(request)
+        except ApiError as exc:
+            resp = error_response(exc.status, exc.code, exc.message, **exc.details)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            code = _HTTP_CODES.get(exc.status, "error")
+            resp = error_response(exc.status, code, _http_message(request, exc, max_body))
+        except Exception:
+            log.exception("unhandled error", extra={"path": request.path, "method": request.method})
+            metrics.errors.labels("internal").inc()
+            resp = error_response(500, "internal_error", "agentctl failed to handle the request; see its log")
+        metrics.http_requests.labels(request.method, route, str(resp.status)).inc()
+        return resp
+
+    @web.middleware
+    async def limits(request: web.Request, handler: Handler) -> web.StreamResponse:
+        length = request.content_length
+        if length is not None and length > max_body:
+            raise ApiError(
+                413, "payload_too_large", f"request body of {length} bytes exceeds the limit of {max_body}"
+            )
+        return await handler(request)
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if token is None or request.path == HEALTH_PATH:
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        if not header:
+            raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <token>' header")
+        if scheme.lower() != "bearer" or not given:
+            raise ApiError(401, "unauthorized", "the Authorization header must use the Bearer scheme")
+        if not hmac.compare_digest(given.strip().encode(), token.encode()):
+            raise ApiError(401, "unauthorized", "invalid bearer token")
+        return await handler(request)
+
+    return [errors, auth, limits]

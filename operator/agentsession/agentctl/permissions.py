@@ -1,0 +1,127 @@
+"""Permission requests from the agent, parked until a client answers or the timeout cancels them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agentsession.agentctl.clock import format_ts
+from agentsession.agentctl.events import EventHub
+from agentsession.agentctl.metrics import Metrics
+
+PERMISSION_KINDS = frozenset({"permission_request", "permission_resolved"})
+
+CANCELLED: dict[str, Any] = {"outcome": "cancelled"}
+
+
+class UnknownPending(LookupError):
+    pass
+
+
+class InvalidOption(ValueError):
+    pass
+
+
+@dataclass(slots=True)
+class Pending:
+    pending_id: str
+    session_id: str
+    tool_call: dict[str, Any]
+    options: list[dict[str, Any]]
+    created_at: str
+    expires_at: str
+    started: float
+    future: asyncio.Future[tuple[dict[str, Any], str]] = field(repr=False)
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "pending_id": self.pending_id,
+            "session_id": self.session_id,
+            "tool_call": self.tool_call,
+            "options": self.options,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+        }
+
+
+class PermissionBroker:
+    def __init__(self, hub: EventHub, timeout: float, metrics: Metrics) -> None:
+        self._hub = hub
+        self._timeout = timeout
+        self._metrics = metrics
+        self._pending: dict[str, Pending] = {}
+
+    def pending(self) -> list[dict[str, Any]]:
+        return [p.public() for p in self._pending.values()]
+
+    @property
+    def count(self) -> int:
+        return len(self._pending)
+
+    async def request(
+        self, session_id: str, tool_call: dict[str, Any], options: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Publish the request, wait for an answer; returns the ACP outcome object."""
+        now = datetime.now(UTC)
+        pending = Pending(
+            pending_id=uuid.uuid4().hex,
+            session_id=session_id,
+            tool_call=tool_call,
+            options=options,
+            created_at=format_ts(now),
+            expires_at=format_ts(now + timedelta(seconds=self._timeout)),
+            started=time.monotonic(),
+            future=asyncio.get_running_loop().create_future(),
+        )
+        self._pending[pending.pending_id] = pending
+        self._hub.publish("permission_request", pending.public())
+        try:
+            outcome, reason = await asyncio.wait_for(asyncio.shield(pending.future), self._timeout)
+        except TimeoutError:
+            outcome, reason = CANCELLED, "timeout"
+            self._resolve(pending, outcome, reason)
+        except asyncio.CancelledError:
+            # The agent withdrew the request (e.g. the connection dropped); record it as cancelled.
+            self._resolve(pending, CANCELLED, "withdrawn")
+            raise
+        return outcome
+
+    def respond(self, pending_id: str, option_id: str | None, cancelled: bool) -> dict[str, Any]:
+        pending = self._pending.get(pending_id)
+        if pending is None:
+            raise UnknownPending(
+                f"no pending permission request {pending_id!r} (answered, timed out, or never existed)"
+            )
+        if cancelled:
+            outcome = CANCELLED
+        else:
+            valid = [str(o.get("optionId")) for o in pending.options]
+            if option_id not in valid:
+                raise InvalidOption(f"option_id {option_id!r} is not one of {valid}")
+            outcome = {"outcome": "selected", "optionId": option_id}
+        self._resolve(pending, outcome, "responded")
+        return outcome
+
+    def cancel_all(self, reason: str) -> None:
+        for pending in list(self._pending.values()):
+            self._resolve(pending, CANCELLED, reason)
+
+    def _resolve(self, pending: Pending, outcome: dict[str, Any], reason: str) -> None:
+        if self._pending.pop(pending.pending_id, None) is None:
+            return
+        if not pending.future.done():
+            pending.future.set_result((outcome, reason))
+        self._metrics.permission_wait.labels(outcome["outcome"]).observe(time.monotonic() - pending.started)
+        self._hub.publish(
+            "permission_resolved",
+            {
+                "pending_id": pending.pending_id,
+                "session_id": pending.session_id,
+                "outcome": outcome,
+                "reason": reason,
+            },
+        )

@@ -1,0 +1,94 @@
+"""Health, status, info, start/stop, history, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from agentsession.agentctl import __version__
+from agentsession.agentctl.clock import utc_now
+from agentsession.agentctl.http_common import json_ok, parse_body, query_int
+from agentsession.agentctl.metrics import CONTENT_TYPE_LATEST
+from agentsession.agentctl.services import services
+from agentsession.agentctl_api import StartRequest
+
+routes = web.RouteTableDef()
+
+HISTORY_PAGE_MAX = 100_000
+
+
+@routes.get("/health")
+async def health(request: web.Request) -> web.Response:
+    return json_ok({"status": "ok", "timestamp": utc_now()})
+
+
+@routes.get("/api/v1/status")
+async def status(request: web.Request) -> web.Response:
+    s = services(request)
+    return json_ok(
+        {
+            **s.bridge.status(),
+            "pending_permissions": s.permissions.count,
+            "clients": {
+                "updates": s.clients.updates,
+                "permissions": s.clients.permissions,
+                "shell": s.clients.shell,
+            },
+            "last_seq": s.journal.last_seq,
+            "uptime_seconds": round(time.monotonic() - s.started, 3),
+            "timestamp": utc_now(),
+        }
+    )
+
+
+@routes.get("/api/v1/info")
+async def info(request: web.Request) -> web.Response:
+    s = services(request)
+    acp = s.bridge.acp
+    return json_ok(
+        {
+            "name": "agentctl",
+            "version": __version__,
+            **s.bridge.transport.describe(),
+            "workdir": str(s.config.workdir),
+            "journal": str(s.journal.path),
+            "agent_info": acp.agent_info,
+            "agent_capabilities": acp.agent_capabilities,
+            "protocol_version": acp.protocol_version,
+            "openapi": "/api/v1/openapi.json",
+        }
+    )
+
+
+@routes.post("/api/v1/start")
+async def start(request: web.Request) -> web.Response:
+    body = await parse_body(request, StartRequest)
+    resp = await services(request).bridge.start(body)
+    return json_ok(resp.model_dump(mode="json"))
+
+
+@routes.post("/api/v1/stop")
+async def stop(request: web.Request) -> web.Response:
+    bridge = services(request).bridge
+    await bridge.stop()
+    return json_ok({"success": True, "state": bridge.state})
+
+
+@routes.get("/api/v1/history")
+async def history(request: web.Request) -> web.Response:
+    s = services(request)
+    after = query_int(request, "after", 0) or 0
+    limit = query_int(request, "limit", None, minimum=1)
+    upto = s.journal.last_seq
+    entries = await asyncio.to_thread(
+        s.journal.read, after, upto, min(limit or HISTORY_PAGE_MAX, HISTORY_PAGE_MAX)
+    )
+    return json_ok({"updates": entries, "last_seq": upto})
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    body = services(request).metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

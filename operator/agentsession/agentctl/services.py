@@ -1,0 +1,70 @@
+"""The parts of one agentctl, wired together; handlers reach them through the aiohttp app."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from agentsession.agentctl.acp_bridge import AgentBridge
+from agentsession.agentctl.config import Config
+from agentsession.agentctl.events import EventHub
+from agentsession.agentctl.journal import Journal
+from agentsession.agentctl.metrics import Metrics
+from agentsession.agentctl.permissions import PermissionBroker
+from agentsession.agentctl.session_store import SessionStore
+from agentsession.agentctl.shell import ShellSession
+from agentsession.agentctl.transport import AgentTransport
+from agentsession.agentctl.transport_fifo import FifoTransport
+from agentsession.agentctl.transport_subprocess import SubprocessTransport
+
+
+@dataclass
+class StreamCounts:
+    updates: int = 0
+    permissions: int = 0
+    shell: int = 0
+
+
+@dataclass
+class Services:
+    config: Config
+    metrics: Metrics
+    journal: Journal
+    hub: EventHub
+    permissions: PermissionBroker
+    bridge: AgentBridge
+    shell: ShellSession
+    started: float = field(default_factory=time.monotonic)
+    clients: StreamCounts = field(default_factory=StreamCounts)
+
+    @classmethod
+    def build(cls, config: Config) -> Services:
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        metrics = Metrics()
+        journal = Journal(config.journal_path)
+        hub = EventHub(journal)
+        permissions = PermissionBroker(hub, config.permission_timeout, metrics)
+        transport: AgentTransport
+        if config.agent_fifo_dir is not None:
+            transport = FifoTransport(config.agent_fifo_dir)
+        else:
+            transport = SubprocessTransport(config.agent_command, config.workdir)
+        store = SessionStore(config.session_state_path)
+        bridge = AgentBridge(config, transport, hub, permissions, metrics, store)
+        shell = ShellSession(config.shell_command, config.workdir)
+        return cls(config, metrics, journal, hub, permissions, bridge, shell)
+
+    async def close(self) -> None:
+        await self.bridge.shutdown()
+        await self.shell.close()
+        self.hub.close_all()
+        self.journal.close()
+
+
+SERVICES = web.AppKey("services", Services)
+
+
+def services(request: web.Request) -> Services:
+    return request.app[SERVICES]

@@ -1,0 +1,43 @@
+"""The session agentctl last started, kept on the workspace so a restarted agentctl resumes it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    session_id: str | None = None
+    cwd: str | None = None
+    mode_id: str | None = None
+    prompt_sent: bool = False
+
+
+class SessionStore:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self.record = self._load()
+
+    def _load(self) -> SessionRecord:
+        try:
+            raw = json.loads(self._path.read_text(encoding="utf-8"))
+            return SessionRecord(**{k: raw.get(k) for k in SessionRecord.__dataclass_fields__})
+        except FileNotFoundError:
+            return SessionRecord()
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning(
+                "ignoring unreadable session state", extra={"path": str(self._path), "error": str(exc)}
+            )
+            return SessionRecord()
+
+    def save(self) -> None:
+        # Write-then-rename so a crash never leaves half a file behind.
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self.record)), encoding="utf-8")
+        os.replace(tmp, self._path)

@@ -1,0 +1,38 @@
+"""What the ACP bridge needs from a transport: a byte stream pair to the agent, and news of its exit."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+# ACP messages can carry images and whole files; the SDK's own default is 50 MiB per line.
+LINE_LIMIT = 50 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class AgentPipes:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    pid: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentTransport(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    async def attach(self) -> AgentPipes:
+        """Connect to a (new) agent; wait as long as it takes (the caller applies a timeout)."""
+
+    @abc.abstractmethod
+    async def detach(self, *, stop_agent: bool) -> None:
+        """Drop the current connection; with stop_agent, make the agent exit if this transport can."""
+
+    @abc.abstractmethod
+    async def exit_reason(self) -> str:
+        """After EOF from the agent: a short description of how it ended, for status and the stream."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"transport": self.name}

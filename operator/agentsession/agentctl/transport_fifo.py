@@ -1,0 +1,100 @@
+"""FIFO transport: the agent runs in another container as `sh -c 'exec "$@" <agent.in >agent.out'`.
+
+Open order that cannot deadlock: agent.out is opened for reading with O_NONBLOCK (always succeeds, and the
+read side reports EOF only after a writer came and went), then agent.in is opened for writing with O_NONBLOCK,
+which fails with ENXIO until the agent's shell has opened it for reading. The kernel gives no notification
+when a FIFO gains a reader, so that second step polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import stat
+from asyncio.streams import FlowControlMixin
+from pathlib import Path
+from typing import Any
+
+from agentsession.agentctl.transport import LINE_LIMIT, AgentPipes, AgentTransport
+
+log = logging.getLogger(__name__)
+
+IN_NAME = "agent.in"
+OUT_NAME = "agent.out"
+POLL_SECONDS = 0.05
+
+
+def ensure_fifos(directory: Path) -> tuple[Path, Path]:
+    """Create the FIFO pair if absent; the agent container's wrapper waits for them to exist."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = (directory / IN_NAME, directory / OUT_NAME)
+    for path in paths:
+        try:
+            os.mkfifo(path, 0o660)
+        except FileExistsError:
+            if not stat.S_ISFIFO(path.stat().st_mode):
+                raise ConnectionError(f"{path} exists and is not a FIFO") from None
+    return paths
+
+
+class FifoTransport(AgentTransport):
+    name = "fifo"
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+        self._in_path, self._out_path = ensure_fifos(directory)
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_transport: asyncio.ReadTransport | None = None
+        self.attachments = 0
+
+    async def attach(self) -> AgentPipes:
+        await self.detach(stop_agent=False)
+        loop = asyncio.get_running_loop()
+        ensure_fifos(self._dir)
+        rfd = os.open(self._out_path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                try:
+                    wfd = os.open(self._in_path, os.O_WRONLY | os.O_NONBLOCK)
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.ENXIO:
+                        raise
+                await asyncio.sleep(POLL_SECONDS)
+        except BaseException:
+            os.close(rfd)
+            raise
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        read_transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(rfd, "rb", buffering=0)
+        )
+        write_transport, write_protocol = await loop.connect_write_pipe(
+            FlowControlMixin, os.fdopen(wfd, "wb", buffering=0)
+        )
+        writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
+        self._writer, self._read_transport = writer, read_transport
+        self.attachments += 1
+        log.info(
+            "attached to agent through FIFOs", extra={"dir": str(self._dir), "attachments": self.attachments}
+        )
+        return AgentPipes(reader, writer, None, {"fifo_dir": str(self._dir)})
+
+    async def exit_reason(self) -> str:
+        return f"agent closed {self._out_path.name} (its process exited or its container restarted)"
+
+    async def detach(self, *, stop_agent: bool) -> None:
+        # The agent lives in another container; closing its stdin is the only way to ask it to stop.
+        writer, self._writer = self._writer, None
+        read_transport, self._read_transport = self._read_transport, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        if read_transport is not None:
+            read_transport.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {"transport": self.name, "fifo_dir": str(self._dir)}

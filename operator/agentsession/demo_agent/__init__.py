@@ -1,0 +1,1 @@
+"""A deterministic ACP agent for demos and tests: no model, no network, no key."""

@@ -1,0 +1,205 @@
+"""The demo agent's behaviour. Everything it says follows from the prompt text, so tests can rely on it.
+
+Cues in the prompt: "permission" asks the client for a permission; "__slow__" streams slowly (for cancel);
+"__burst N__" streams N timestamped chunks (for the benchmark); "__garbage__" prints a non-JSON line;
+"__die__" exits in the middle of the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from acp import (
+    PROTOCOL_VERSION,
+    Client,
+    RequestError,
+    start_tool_call,
+    update_agent_message_text,
+    update_agent_thought_text,
+    update_tool_call,
+    update_user_message_text,
+)
+from acp.helpers import text_block, tool_content, update_current_mode
+from acp.schema import (
+    AgentCapabilities,
+    Implementation,
+    InitializeResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    SessionMode,
+    SessionModeState,
+    SessionNotification,
+    SetSessionModeResponse,
+    ToolCallUpdate,
+)
+
+from agentsession.demo_agent.store import SessionFile, valid_session_id
+
+MODES = (
+    SessionMode(id="ask", name="Ask", description="Answer questions; ask before changing anything"),
+    SessionMode(id="code", name="Code", description="Write code in the workspace"),
+)
+_BURST = re.compile(r"__burst (\d{1,7})__")
+
+
+@dataclass
+class Session:
+    session_id: str
+    cwd: str
+    store: SessionFile
+    mode: str = "ask"
+    turns: int = 0
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class DemoAgent:
+    def __init__(self, tick: float = 0.05) -> None:
+        self._tick = tick
+        self._client: Client | None = None
+        self._sessions: dict[str, Session] = {}
+
+    def on_connect(self, conn: Client) -> None:
+        self._client = conn
+
+    @property
+    def client(self) -> Client:
+        assert self._client is not None
+        return self._client
+
+    def _modes(self, session: Session) -> SessionModeState:
+        return SessionModeState(current_mode_id=session.mode, available_modes=list(MODES))
+
+    def _session(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise RequestError.resource_not_found(session_id)
+        return session
+
+    @staticmethod
+    def _check_cwd(cwd: str) -> None:
+        if not os.path.isabs(cwd) or not os.path.isdir(cwd):
+            raise RequestError.invalid_params({"cwd": f"not an existing absolute directory: {cwd!r}"})
+
+    async def _say(self, session: Session, update: Any) -> None:
+        session.store.append(update.model_dump(mode="json", by_alias=True, exclude_none=True))
+        await self.client.session_update(session_id=session.session_id, update=update)
+
+    # ----- ACP agent methods -----
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        return InitializeResponse(
+            protocol_version=min(protocol_version, PROTOCOL_VERSION),
+            agent_capabilities=AgentCapabilities(load_session=True),
+            agent_info=Implementation(name="agentsession-demo-agent", title="Demo agent", version="0.1.0"),
+        )
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+        self._check_cwd(cwd)
+        session_id = f"demo-{uuid.uuid4().hex[:16]}"
+        session = Session(session_id, cwd, SessionFile(cwd, session_id))
+        session.store.create()
+        self._sessions[session_id] = session
+        return NewSessionResponse(session_id=session_id, modes=self._modes(session))
+
+    async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
+        self._check_cwd(cwd)
+        store = SessionFile(cwd, session_id)
+        if not valid_session_id(session_id) or not store.exists():
+            raise RequestError.resource_not_found(session_id)
+        session = Session(session_id, cwd, store)
+        for raw in store.updates():
+            update = SessionNotification.model_validate({"sessionId": session_id, "update": raw}).update
+            if raw.get("sessionUpdate") == "current_mode_update":
+                session.mode = raw["currentModeId"]
+            if raw.get("sessionUpdate") == "user_message_chunk":
+                session.turns += 1
+            await self.client.session_update(session_id=session_id, update=update)
+        self._sessions[session_id] = session
+        return LoadSessionResponse(modes=self._modes(session))
+
+    async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
+        session = self._session(session_id)
+        if mode_id not in {m.id for m in MODES}:
+            raise RequestError.invalid_params({"modeId": f"unknown mode {mode_id!r}"})
+        session.mode = mode_id
+        await self._say(session, update_current_mode(mode_id))
+        return SetSessionModeResponse()
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.cancelled.set()
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        session = self._session(session_id)
+        session.cancelled.clear()
+        session.turns += 1
+        text = " ".join(
+            getattr(block, "text", "") for block in prompt if getattr(block, "type", "") == "text"
+        )
+        session.store.append(
+            update_user_message_text(text).model_dump(mode="json", by_alias=True, exclude_none=True)
+        )
+        burst = _BURST.search(text)
+        if burst:
+            for i in range(int(burst.group(1))):
+                await self.client.session_update(
+                    session_id=session_id, update=update_agent_message_text(f"burst {i} {time.time_ns()}")
+                )
+            return PromptResponse(stop_reason="end_turn")
+        await self._say(session, update_agent_thought_text(f"Turn {session.turns} in {session.mode} mode."))
+        if "__die__" in text:
+            await self._say(session, update_agent_message_text("Exiting in the middle of the turn."))
+            os._exit(3)
+        if "__garbage__" in text:
+            os.write(1, b"this line is not JSON-RPC\n")
+        call_id = f"call-{session.turns}"
+        await self._say(session, start_tool_call(call_id, "List workspace", kind="read", status="pending"))
+        await self._say(session, update_tool_call(call_id, status="in_progress"))
+        notes: list[str] = []
+        if "permission" in text.lower():
+            outcome = await self._ask_permission(session, call_id)
+            if session.cancelled.is_set():
+                await self._say(session, update_tool_call(call_id, status="failed"))
+                return PromptResponse(stop_reason="cancelled")
+            notes.append(f"Permission outcome: {outcome}.")
+        entries = [name for name in os.listdir(session.cwd) if not name.startswith(".")]
+        summary = f"{len(entries)} entries in the workspace"
+        await self._say(
+            session,
+            update_tool_call(call_id, status="completed", content=[tool_content(text_block(summary))]),
+        )
+        words = [*notes, "You", "said:", *text.split()]
+        for word in words:
+            if session.cancelled.is_set():
+                return PromptResponse(stop_reason="cancelled")
+            await self._say(session, update_agent_message_text(word + " "))
+            if "__slow__" in text:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(session.cancelled.wait(), self._tick)
+        return PromptResponse(stop_reason="end_turn")
+
+    async def _ask_permission(self, session: Session, call_id: str) -> str:
+        options = [
+            PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+            PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+        ]
+        tool_call = ToolCallUpdate(
+            tool_call_id=call_id, title="Write demo.txt", kind="edit", status="pending"
+        )
+        resp = await self.client.request_permission(
+            session_id=session.session_id, tool_call=tool_call, options=options
+        )
+        outcome = resp.outcome
+        if getattr(outcome, "outcome", "") == "selected":
+            return f"selected {outcome.option_id}"
+        return "cancelled"

@@ -1,0 +1,33 @@
+"""`agentsession-demo-agent`: speaks ACP on stdin/stdout."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import cast
+
+from acp import Agent, run_agent
+
+from agentsession.demo_agent.agent import DemoAgent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="agentsession-demo-agent", description="Deterministic ACP demo agent."
+    )
+    parser.add_argument("--tick", type=float, default=0.05, help="delay between chunks in __slow__ turns")
+    args = parser.parse_args(argv)
+    # stdout carries the protocol; anything human goes to stderr.
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    try:
+        # DemoAgent implements the ACP methods it supports; the SDK answers "method not found" for the rest.
+        asyncio.run(run_agent(cast(Agent, DemoAgent(tick=args.tick))))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

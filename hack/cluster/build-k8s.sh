@@ -14,6 +14,16 @@ if [ ${#missing[@]} -eq 0 ]; then echo "kubernetes v$K8S_VERSION binaries cached
 
 work="$CACHE_DIR/kubernetes/v$K8S_VERSION/src"
 mkdir -p "$work" "$OUT"
+command -v go >/dev/null || { echo "ERROR: go not found; install Go >= 1.24 to build Kubernetes" >&2; exit 1; }
+# Two concurrent builds would each take the machine's cores for many minutes: the second waits for the first.
+exec 9>"$CACHE_DIR/kubernetes/.build-v$K8S_VERSION.lock"
+if ! flock -n 9; then
+  echo "another build of kubernetes v$K8S_VERSION is running; waiting for it"
+  flock 9
+  missing=()
+  for c in "${COMPONENTS[@]}"; do [ -x "$OUT/$c" ] || missing+=("$c"); done
+  [ ${#missing[@]} -eq 0 ] && { echo "kubernetes v$K8S_VERSION binaries built in $OUT"; exit 0; }
+fi
 cd "$work"
 mod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/v$K8S_VERSION.mod"
 [ -f "$mod" ] || go mod download "k8s.io/kubernetes@v$K8S_VERSION"
@@ -33,10 +43,14 @@ sed -i '1s/^/\/\/go:build tools\n\n/' tools.go
 GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
 for c in "${missing[@]}"; do
   echo "building $c v$K8S_VERSION (cold builds take several minutes each)"
+  start=$(date +%s)
   CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w \
     -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION \
     -X k8s.io/component-base/version.gitMajor=1 \
     -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) " \
-    -o "$OUT/$c" "k8s.io/kubernetes/cmd/$c"
+    -o "$OUT/$c.tmp" "k8s.io/kubernetes/cmd/$c" \
+    || { echo "ERROR: go build of $c failed (see above); re-run to retry, the compile cache keeps finished work" >&2; exit 1; }
+  mv "$OUT/$c.tmp" "$OUT/$c"
+  echo "built $c in $(( $(date +%s) - start ))s"
 done
 echo "kubernetes v$K8S_VERSION binaries built in $OUT"

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Stops the local cluster that up.sh started and removes what it left on the host: containers, pod network
+# namespaces, mounts, the pod bridge, kube-proxy's iptables rules and the node address. Cluster data (etcd, pods)
+# goes too, so the next up.sh starts clean; certificates, built binaries and imported images stay cached.
+#
+# Safe to run twice and from a shell `trap`: it keeps going past individual failures and exits 0 unless something
+# it started is still running at the end.
+#   --purge   also delete the whole cluster directory (certificates and containerd images included)
+set -uo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+PURGE=0
+[ "${1:-}" = "--purge" ] && PURGE=1
+
+warn() { printf 'WARNING: %s\n' "$*" >&2; }
+
+stop_component() {
+  local name="$1" pid
+  pid="$(pid_of "$name")" || { rm -f "$PIDS/$name.pid"; return 0; }
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    warn "$name (pid $pid) ignored SIGTERM for 10s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+  rm -f "$PIDS/$name.pid"
+  log "stopped $name"
+}
+
+[ -d "$CLUSTER_DIR" ] || { log "no cluster state in $CLUSTER_DIR; nothing to stop"; exit 0; }
+
+# The kubelet would restart containers as they are removed; stop it (and kube-proxy) first.
+stop_component kube-proxy
+stop_component kubelet
+
+# Pod sandboxes and containers: kill and remove them through containerd while it still runs, so their shims exit and
+# their snapshots are released. Each sandbox's network namespace is noted for removal below.
+netns_paths=()
+if is_running containerd; then
+  for id in $(ctr_k8s containers ls -q 2>/dev/null); do
+    ns="$(ctr_k8s containers info "$id" 2>/dev/null | python3 -c '
+import json, sys
+try:
+    spec = json.load(sys.stdin).get("Spec") or {}
+except ValueError:
+    sys.exit(0)
+for n in (spec.get("linux") or {}).get("namespaces") or []:
+    if n.get("type") == "network" and n.get("path"):
+        print(n["path"])
+')"
+    [ -n "$ns" ] && netns_paths+=("$ns")
+    ctr_k8s tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+  done
+  for id in $(ctr_k8s containers ls -q 2>/dev/null); do
+    for _ in $(seq 1 50); do
+      status="$(ctr_k8s tasks ls 2>/dev/null | awk -v id="$id" '$1 == id {print $3}')"
+      [ -z "$status" ] || [ "$status" = STOPPED ] && break
+      sleep 0.1
+    done
+    ctr_k8s tasks delete -f "$id" >/dev/null 2>&1
+    ctr_k8s containers delete "$id" >/dev/null 2>&1 || warn "could not remove container $id"
+  done
+  [ ${#netns_paths[@]} -gt 0 ] && log "removed pod containers"
+fi
+stop_component containerd
+# A shim whose task could not be deleted outlives containerd; only shims of this cluster's socket are touched.
+for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null); do
+  warn "killing leftover containerd shim $pid"
+  kill -KILL "$pid" 2>/dev/null
+done
+
+for ns in "${netns_paths[@]}"; do
+  umount "$ns" 2>/dev/null
+  rm -f "$ns"
+done
+# Every mount below the cluster directory (pod volumes, container root filesystems), deepest first.
+mapfile -t mounts < <(awk -v d="$CLUSTER_DIR/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+for m in "${mounts[@]}"; do
+  umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || warn "could not unmount $m"
+done
+[ ${#mounts[@]} -gt 0 ] && log "unmounted ${#mounts[@]} mounts"
+
+for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$c"; done
+
+if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep -q KUBE-; then
+  timeout 30 "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || warn "kube-proxy --cleanup failed"
+  # kube-proxy leaves the rules the kubelet owns and its own canary chains; they start with KUBE- as well.
+  for table in filter nat mangle; do
+    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+      iptables -t "$table" -S 2>/dev/null | awk -v c="$chain" '$1 == "-A" && $0 ~ ("-j " c "( |$)") {print}' \
+        | while read -r rule; do
+            # shellcheck disable=SC2086
+            iptables -t "$table" ${rule/-A/-D} 2>/dev/null
+          done
+    done
+    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+      iptables -t "$table" -F "$chain" 2>/dev/null
+    done
+    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
+      iptables -t "$table" -X "$chain" 2>/dev/null
+    done
+  done
+  log "removed kube-proxy iptables rules"
+fi
+
+ip link show "$BRIDGE" >/dev/null 2>&1 && { ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"; }
+ip -4 addr show dev lo | grep -q "inet $NODE_IP/" && { ip addr del "$NODE_IP/32" dev lo && log "removed $NODE_IP from lo"; }
+
+rm -rf "$CLUSTER_DIR/etcd" "$KUBELET_ROOT" "$CLUSTER_DIR/pod-logs" "$CLUSTER_DIR/cni/ipam" "$CONTAINERD_STATE" \
+  "$CLUSTER_DIR/apiserver-certs" 2>/dev/null || warn "could not remove some cluster data under $CLUSTER_DIR"
+if [ "$PURGE" = 1 ]; then
+  rm -rf "$CLUSTER_DIR" && log "purged $CLUSTER_DIR"
+fi
+
+left=()
+for c in "${COMPONENTS[@]}"; do is_running "$c" && left+=("$c"); done
+if [ ${#left[@]} -gt 0 ]; then
+  printf 'ERROR: still running: %s\n' "${left[*]}" >&2
+  exit 1
+fi
+log "cluster down"

@@ -1,0 +1,106 @@
+"""The CRD is generated from the models and must not drift; samples validate against the models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from agentsession.api.crd import crd_manifest, render
+from agentsession.api.models import AgentSessionSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+INVALID = sorted((ROOT / "examples" / "invalid").glob("*.yaml"))
+
+
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_committed_crd_matches_the_models() -> None:
+    committed = (ROOT / "crds" / "agentsessions.yaml").read_text()
+    assert committed == render(), "crds/agentsessions.yaml drifted from the models: run `make crd`"
+
+
+def _walk(node: dict[str, Any], path: str = "") -> list[str]:
+    """Paths that break the structural-schema rules the API server enforces."""
+    problems = [
+        f"{path}: {key}" for key in ("anyOf", "oneOf", "allOf", "$ref", "title", "nullable") if key in node
+    ]
+    if not ({"type", "x-kubernetes-int-or-string"} & set(node)):
+        problems.append(f"{path}: no type")
+    for name, child in node.get("properties", {}).items():
+        problems.extend(_walk(child, f"{path}.{name}"))
+    if "items" in node:
+        problems.extend(_walk(node["items"], f"{path}[]"))
+    if isinstance(node.get("additionalProperties"), dict):
+        problems.extend(_walk(node["additionalProperties"], f"{path}{{}}"))
+    return problems
+
+
+def test_schema_is_structural() -> None:
+    assert _walk(_schema()) == []
+
+
+def test_printer_columns_and_subresources() -> None:
+    version = crd_manifest()["spec"]["versions"][0]
+    assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == [
+        "Phase",
+        "Ready",
+        "Reason",
+        "Agent",
+        "Age",
+    ]
+    assert version["subresources"] == {"status": {}}
+    assert crd_manifest()["spec"]["names"]["shortNames"] == ["ags"]
+
+
+def test_every_cel_rule_has_a_message() -> None:
+    rules: list[dict[str, str]] = []
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            rules.extend(node.get("x-kubernetes-validations", []))
+            for value in node.values():
+                collect(value)
+
+    collect(_schema())
+    assert len(rules) >= 7
+    assert all(rule["message"] and rule["rule"] for rule in rules)
+
+
+def test_conditions_are_a_map_keyed_by_type() -> None:
+    conditions = _schema()["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_examples_validate(path: Path) -> None:
+    document = yaml.safe_load(path.read_text())
+    assert document["kind"] == "AgentSession"
+    AgentSessionSpec.model_validate(document["spec"])
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("unknown-agent-type.yaml", "Input should be 'demo', 'claude-code', 'codex', 'gemini' or 'custom'"),
+        ("bad-duration.yaml", "String should match pattern"),
+    ],
+)
+def test_invalid_samples_fail_schema_validation_with_a_readable_message(name: str, message: str) -> None:
+    document = yaml.safe_load((ROOT / "examples" / "invalid" / name).read_text())
+    with pytest.raises(ValidationError, match=message):
+        AgentSessionSpec.model_validate(document["spec"])
+
+
+def test_every_invalid_sample_says_what_the_api_server_answers() -> None:
+    # The integration tier applies each one to a real API server and expects this text.
+    for path in INVALID:
+        assert path.read_text().startswith("# expect: "), path.name

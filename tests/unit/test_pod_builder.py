@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from agentsession.api.models import AgentSessionSpec
+from agentsession.controller.config import AgentProfile, OperatorConfig
+from agentsession.controller.pod_builder import (
+    SPEC_HASH_ANNOTATION,
+    SpecError,
+    build_pod,
+    build_token_secret,
+    build_workspace_claim,
+)
+from agentsession.controller.session_ref import SessionRef
+from tests.support.pod_security import restricted_violations
+
+SESSION = SessionRef(namespace="team-a", name="fix-bug", uid="1234-uid", generation=3)
+CONFIG = OperatorConfig(image="agentsession:test")
+
+
+def pod_for(spec: dict[str, Any], config: OperatorConfig = CONFIG) -> dict[str, Any]:
+    return build_pod(SESSION, AgentSessionSpec.model_validate(spec), config)
+
+
+def container(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    everything = pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
+    return next(c for c in everything if c["name"] == name)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"workspace": {"size": "1Gi"}, "lifecycle": {"maxDuration": "1h", "drainTimeout": "90s"}},
+        {"workspace": {"size": "1Gi", "repository": {"url": "https://example.com/r.git", "ref": "main"}}},
+        {"agent": {"type": "custom", "image": "example/agent:1", "command": ["agent", "--acp"]}},
+    ],
+)
+def test_pod_meets_the_restricted_pod_security_standard(spec: dict[str, Any]) -> None:
+    assert restricted_violations(pod_for(spec)) == []
+
+
+def test_the_checker_catches_a_violation() -> None:
+    pod = pod_for({})
+    container(pod, "agent")["securityContext"]["allowPrivilegeEscalation"] = True
+    pod["spec"]["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    assert restricted_violations(pod) == [
+        "volume host uses a forbidden type ['hostPath']",
+        "agent: allowPrivilegeEscalation must be false",
+    ]
+
+
+def test_agentctl_is_a_native_sidecar_with_probes_on_health() -> None:
+    agentctl = container(pod_for({}), "agentctl")
+    assert agentctl["restartPolicy"] == "Always"
+    assert agentctl["image"] == "agentsession:test"
+    for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
+        assert agentctl[probe]["httpGet"] == {"path": "/health", "port": "agentctl"}
+    assert agentctl["ports"] == [{"name": "agentctl", "containerPort": 9999, "protocol": "TCP"}]
+    token = next(e for e in agentctl["env"] if e["name"] == "AGENTCTL_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "fix-bug-agentctl-token", "key": "token"}
+    assert agentctl["args"][agentctl["args"].index("--agent-fifo-dir") + 1] == "/run/agentctl"
+
+
+def test_agent_stdio_is_joined_to_agentctl_through_the_fifo_pair() -> None:
+    agent = container(
+        pod_for({"agent": {"type": "custom", "image": "x/y:1", "command": ["run", "it"]}}), "agent"
+    )
+    assert agent["command"][:2] == ["sh", "-c"]
+    assert agent["command"][3:] == ["agent", "run", "it"]
+    assert 'exec "$@" <"/run/agentctl/agent.in" >"/run/agentctl/agent.out"' in agent["command"][2]
+    mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+    assert mounts == {"workspace": "/workspace", "agentctl-fifo": "/run/agentctl", "tmp": "/tmp"}
+
+
+def test_demo_agent_runs_from_the_operator_image_by_default() -> None:
+    agent = container(pod_for({}), "agent")
+    assert agent["image"] == "agentsession:test"
+    assert agent["command"][-1] == "agentsession-demo-agent"
+
+
+def test_known_agent_without_an_image_is_a_spec_error_that_says_what_to_set() -> None:
+    with pytest.raises(SpecError, match=r"set spec.agent.image"):
+        pod_for({"agent": {"type": "codex"}})
+
+
+def test_profile_image_and_args_apply_to_known_agents() -> None:
+    config = CONFIG.model_copy(
+        update={
+            "agent_profiles": {"codex": AgentProfile(image="codex:1", command=["codex-acp"], args=["-v"])}
+        }
+    )
+    agent = container(pod_for({"agent": {"type": "codex"}}, config), "agent")
+    assert agent["image"] == "codex:1"
+    assert agent["command"][-2:] == ["codex-acp", "-v"]
+
+
+def test_credentials_and_env_reach_the_agent_only() -> None:
+    pod = pod_for(
+        {
+            "agent": {
+                "credentialsSecretRef": {"name": "anthropic"},
+                "env": [{"name": "HOME", "value": "/home/agent"}, {"name": "DEBUG", "value": "1"}],
+            }
+        }
+    )
+    agent = container(pod, "agent")
+    assert agent["envFrom"] == [{"secretRef": {"name": "anthropic"}}]
+    assert {e["name"]: e["value"] for e in agent["env"]} == {"HOME": "/home/agent", "DEBUG": "1"}
+    assert "envFrom" not in container(pod, "agentctl")
+
+
+def test_children_are_owned_and_labelled() -> None:
+    pod = pod_for({"podTemplate": {"labels": {"team": "a", "agentsession.dev/name": "spoofed"}}})
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == "1234-uid"
+    assert owner["controller"] is True
+    assert pod["metadata"]["labels"]["agentsession.dev/name"] == "fix-bug"
+    assert pod["metadata"]["labels"]["team"] == "a"
+    assert pod["metadata"]["name"] == "fix-bug-agent"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+
+
+def test_persistent_workspace_uses_a_claim_and_emptydir_does_not() -> None:
+    spec = AgentSessionSpec.model_validate({"workspace": {"size": "2Gi", "storageClassName": "fast"}})
+    claim = build_workspace_claim(SESSION, spec)
+    assert claim is not None
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == "1234-uid"
+    volumes = {v["name"]: v for v in build_pod(SESSION, spec, CONFIG)["spec"]["volumes"]}
+    assert volumes["workspace"]["persistentVolumeClaim"] == {"claimName": "fix-bug-workspace"}
+    assert build_workspace_claim(SESSION, AgentSessionSpec()) is None
+    assert "emptyDir" in {v["name"]: v for v in pod_for({})["spec"]["volumes"]}["workspace"]
+
+
+def test_lifecycle_durations_map_to_pod_deadlines() -> None:
+    pod = pod_for({"lifecycle": {"maxDuration": "1h30m", "drainTimeout": "2m", "restartPolicy": "Never"}})
+    assert pod["spec"]["activeDeadlineSeconds"] == 5400
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 120
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_token_secret_holds_the_token() -> None:
+    secret = build_token_secret(SESSION, "s3cret")
+    assert base64.b64decode(secret["data"]["token"]) == b"s3cret"
+    assert secret["metadata"]["name"] == "fix-bug-agentctl-token"
+
+
+def test_spec_hash_changes_with_the_pod_and_not_with_prompt_or_title() -> None:
+    def digest(spec: dict[str, Any]) -> str:
+        return str(pod_for(spec)["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
+
+    assert digest({}) == digest({"prompt": "hello", "title": "t", "mode": "code"})
+    assert digest({}) != digest({"agent": {"env": [{"name": "A", "value": "1"}]}})

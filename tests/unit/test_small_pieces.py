@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+
+from agentsession.api.models import AgentSessionStatus, Condition
+from agentsession.controller.durations import parse_duration
+from agentsession.controller.transitions import condition_events
+from agentsession.controller.watch_health import WatchHealth
+from agentsession.controller.work_queue import WorkQueue
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("1h30m", 5400), ("250ms", 0.25), ("1.5h", 5400)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "1d", "one hour", "1h 30m"])
+def test_bad_durations_name_the_input(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+def _status(**pairs: tuple[str, str]) -> AgentSessionStatus:
+    return AgentSessionStatus(
+        conditions=[
+            Condition(type=kind, status=status, reason=reason, message=f"{kind} msg", lastTransitionTime=T0)  # type: ignore[arg-type]
+            for kind, (status, reason) in pairs.items()
+        ]
+    )
+
+
+def test_events_only_for_changed_conditions_and_warnings_for_failures() -> None:
+    before = _status(AgentctlReady=("False", "Starting"), Ready=("False", "Starting"))
+    after = _status(AgentctlReady=("False", "ProbeFailing"), Ready=("False", "Starting"))
+    events = condition_events(before, after)
+    assert [(e.type, e.reason) for e in events] == [("Warning", "ProbeFailing")]
+    assert events[0].message == "AgentctlReady=False: AgentctlReady msg"
+    ready = _status(AgentctlReady=("True", "ProbeSucceeded"), Ready=("True", "Ready"))
+    assert [(e.type, e.reason) for e in condition_events(after, ready)] == [
+        ("Normal", "ProbeSucceeded"),
+        ("Normal", "Ready"),
+    ]
+    assert condition_events(ready, ready) == []
+
+
+def test_watch_health_flags_only_lasting_disagreement() -> None:
+    health = WatchHealth(stall_seconds=30)
+    health.record(("ns", "a"), "5")
+    assert health.stalled({("ns", "a"): "5"}, now=0) == []
+    # The API has moved on; the watch has not told us yet: tolerated for the window.
+    assert health.stalled({("ns", "a"): "6"}, now=10) == []
+    assert health.stalled({("ns", "a"): "6"}, now=35) == []
+    assert health.stalled({("ns", "a"): "6"}, now=41) == [("ns", "a")]
+    health.record(("ns", "a"), "6")
+    assert health.stalled({("ns", "a"): "6"}, now=42) == []
+
+
+async def test_work_queue_coalesces_and_serialises_per_key() -> None:
+    running = 0
+    peak = 0
+    calls: list[str] = []
+    release = asyncio.Event()
+    three_done = asyncio.Event()
+
+    async def reconcile(namespace: str, name: str) -> float | None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        calls.append(name)
+        await release.wait()
+        running -= 1
+        if len(calls) == 3 and running == 0:
+            three_done.set()
+        return None
+
+    queue = WorkQueue(reconcile)
+    queue.trigger(("ns", "a"))
+    queue.trigger(("ns", "b"))
+    await asyncio.sleep(0)
+    assert calls == ["a", "b"]
+    for _ in range(4):
+        queue.trigger(("ns", "a"))
+    release.set()
+    async with asyncio.timeout(5):
+        await three_done.wait()
+    # The four triggers that came while "a" ran became one more run, never a parallel one.
+    assert calls == ["a", "b", "a"]
+    assert peak == 2
+    await queue.shutdown()
+
+
+async def test_work_queue_retries_failures_with_backoff() -> None:
+    attempts = 0
+    done = asyncio.Event()
+
+    async def reconcile(namespace: str, name: str) -> float | None:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise RuntimeError("API down")
+        done.set()
+        return None
+
+    queue = WorkQueue(reconcile)
+    queue.trigger(("ns", "a"))
+    async with asyncio.timeout(10):
+        await done.wait()
+    assert attempts == 2
+    await queue.shutdown()

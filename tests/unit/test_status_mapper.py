@@ -1,0 +1,330 @@
+"""Observed pod situations → conditions, reasons and phase (the table the operator lives by)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agentsession.api.models import AcpStatus, AgentSessionStatus
+from agentsession.controller.status_mapper import Observation, map_status
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+CREATED = "2026-01-01T11:59:50Z"
+UID = "pod-uid-1"
+
+
+def pod(
+    *,
+    phase: str = "Pending",
+    scheduled: dict[str, Any] | None = None,
+    agentctl: dict[str, Any] | None = None,
+    agent: dict[str, Any] | None = None,
+    reason: str | None = None,
+    message: str | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "conditions": []}
+    if scheduled is not None:
+        status["conditions"].append({"type": "PodScheduled", **scheduled})
+    if agentctl is not None:
+        status["initContainerStatuses"] = [{"name": "agentctl", "restartCount": 0, **agentctl}]
+    if agent is not None:
+        status["containerStatuses"] = [{"name": "agent", "restartCount": 0, **agent}]
+    if reason:
+        status["reason"] = reason
+    if message:
+        status["message"] = message
+    if phase == "Running":
+        status["podIP"] = "10.1.2.3"
+        status["startTime"] = CREATED
+    meta: dict[str, Any] = {"name": "s-agent", "uid": UID, "creationTimestamp": CREATED}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": "node-1"}, "status": status}
+
+
+SCHEDULED = {"status": "True"}
+RUNNING = {"state": {"running": {"startedAt": CREATED}}, "started": True}
+AGENTCTL_READY = {**RUNNING, "ready": True}
+INITIALIZED = AcpStatus(sessionId="sess-1", podUID=UID, agentctlRestartCount=0, currentModeId="code")
+
+
+@dataclass
+class Case:
+    id: str
+    pod: dict[str, Any] | None
+    phase: str
+    reasons: dict[str, str]
+    suspend: bool = False
+    previous: AgentSessionStatus = field(default_factory=AgentSessionStatus)
+    probe_message: str | None = None
+    ready: str = "False"
+
+
+CASES = [
+    Case(
+        "no pod yet",
+        None,
+        "Pending",
+        {"PodScheduled": "PodNotCreated", "AgentctlReady": "PodNotCreated", "Ready": "PodNotCreated"},
+    ),
+    Case(
+        "unschedulable",
+        pod(
+            scheduled={"status": "False", "reason": "Unschedulable", "message": "0/1 nodes: insufficient cpu"}
+        ),
+        "Pending",
+        {"PodScheduled": "Unschedulable", "AgentctlReady": "Unschedulable", "Ready": "Unschedulable"},
+    ),
+    Case(
+        "waiting for the scheduler",
+        pod(),
+        "Pending",
+        {"PodScheduled": "Pending", "AgentInitialized": "AgentctlNotReady", "Ready": "Pending"},
+    ),
+    Case(
+        "image pull back-off",
+        pod(
+            scheduled=SCHEDULED,
+            agentctl={
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
+            },
+        ),
+        "Pending",
+        {"PodScheduled": "Scheduled", "AgentctlReady": "ImagePullBackOff", "Ready": "ImagePullBackOff"},
+    ),
+    Case(
+        "container creating",
+        pod(scheduled=SCHEDULED, agentctl={"state": {"waiting": {"reason": "ContainerCreating"}}}),
+        "Starting",
+        {
+            "AgentctlReady": "ContainerCreating",
+            "AgentInitialized": "AgentctlNotReady",
+            "Ready": "ContainerCreating",
+        },
+    ),
+    Case(
+        "kubelet has not reported agentctl yet",
+        pod(scheduled=SCHEDULED),
+        "Starting",
+        {"AgentctlReady": "ContainerCreating"},
+    ),
+    Case(
+        "agentctl waiting for its startup probe",
+        pod(phase="Pending", scheduled=SCHEDULED, agentctl={"state": {"running": {}}, "started": False}),
+        "Starting",
+        {"AgentctlReady": "Starting", "Ready": "Starting"},
+    ),
+    Case(
+        "agentctl probe failing",
+        pod(phase="Running", scheduled=SCHEDULED, agentctl=RUNNING, agent=RUNNING),
+        "Starting",
+        {"AgentctlReady": "ProbeFailing", "AgentInitialized": "AgentctlNotReady", "Ready": "ProbeFailing"},
+        probe_message="Readiness probe failed: HTTP probe failed with statuscode: 503",
+    ),
+    Case(
+        "agentctl ready, ACP not yet initialized",
+        pod(phase="Running", scheduled=SCHEDULED, agentctl=AGENTCTL_READY, agent=RUNNING),
+        "Starting",
+        {"AgentctlReady": "ProbeSucceeded", "AgentInitialized": "Initializing", "Ready": "Initializing"},
+    ),
+    Case(
+        "ACP initialized",
+        pod(phase="Running", scheduled=SCHEDULED, agentctl=AGENTCTL_READY, agent=RUNNING),
+        "Ready",
+        {"PodScheduled": "Scheduled", "AgentctlReady": "ProbeSucceeded", "AgentInitialized": "Initialized"},
+        previous=AgentSessionStatus(acp=INITIALIZED),
+        ready="True",
+    ),
+    Case(
+        "ACP initialize failed",
+        pod(phase="Running", scheduled=SCHEDULED, agentctl=AGENTCTL_READY, agent=RUNNING),
+        "Starting",
+        {"AgentInitialized": "InitializeFailed", "Ready": "InitializeFailed"},
+        previous=AgentSessionStatus(acp=INITIALIZED.model_copy(update={"lastError": "agent exited"})),
+    ),
+    Case(
+        "agentctl restarted",
+        pod(
+            phase="Running",
+            scheduled=SCHEDULED,
+            agentctl={**AGENTCTL_READY, "restartCount": 1},
+            agent=RUNNING,
+        ),
+        "Starting",
+        {
+            "AgentctlReady": "ProbeSucceeded",
+            "AgentInitialized": "AgentctlRestarted",
+            "Ready": "AgentctlRestarted",
+        },
+        previous=AgentSessionStatus(acp=INITIALIZED),
+    ),
+    Case(
+        "ACP initialized for an earlier pod",
+        pod(phase="Running", scheduled=SCHEDULED, agentctl=AGENTCTL_READY, agent=RUNNING),
+        "Starting",
+        {"AgentInitialized": "Initializing"},
+        previous=AgentSessionStatus(acp=INITIALIZED.model_copy(update={"podUID": "older-pod"})),
+    ),
+    Case(
+        "agent container crash-looping",
+        pod(
+            phase="Running",
+            scheduled=SCHEDULED,
+            agentctl=AGENTCTL_READY,
+            agent={
+                "restartCount": 4,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+            },
+        ),
+        "Failed",
+        {
+            "AgentctlReady": "ProbeSucceeded",
+            "AgentInitialized": "CrashLoopBackOff",
+            "Ready": "CrashLoopBackOff",
+        },
+        previous=AgentSessionStatus(acp=INITIALIZED),
+    ),
+    Case(
+        "agentctl crash-looping",
+        pod(
+            phase="Pending",
+            scheduled=SCHEDULED,
+            agentctl={"restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
+        ),
+        "Failed",
+        {"AgentctlReady": "CrashLoopBackOff", "Ready": "CrashLoopBackOff"},
+    ),
+    Case(
+        "pod evicted",
+        pod(phase="Failed", scheduled=SCHEDULED, reason="Evicted", message="The node was low on memory."),
+        "Failed",
+        {"AgentctlReady": "Evicted", "Ready": "Evicted"},
+    ),
+    Case(
+        "pod failed",
+        pod(phase="Failed", scheduled=SCHEDULED, agentctl={"state": {"terminated": {"exitCode": 2}}}),
+        "Failed",
+        {"AgentctlReady": "PodFailed", "Ready": "PodFailed"},
+    ),
+    Case(
+        "pod deleted behind our back",
+        None,
+        "Pending",
+        {"PodScheduled": "PodDeleted", "AgentctlReady": "PodDeleted", "Ready": "PodDeleted"},
+        previous=AgentSessionStatus(podName="s-agent", podUID="gone-uid"),
+    ),
+    Case(
+        "suspended",
+        None,
+        "Suspended",
+        {"Suspended": "Suspended", "PodScheduled": "Suspended", "Ready": "Suspended"},
+        suspend=True,
+        previous=AgentSessionStatus(acp=INITIALIZED),
+    ),
+    Case(
+        "suspending: pod still terminating",
+        pod(phase="Running", scheduled=SCHEDULED, agentctl=AGENTCTL_READY, deleting=True),
+        "Suspended",
+        {"Suspended": "Suspended", "PodScheduled": "PodTerminating", "Ready": "Suspended"},
+        suspend=True,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_pod_situation_maps_to_conditions(case: Case) -> None:
+    status = map_status(
+        Observation(
+            generation=7,
+            suspend=case.suspend,
+            previous=case.previous,
+            now=NOW,
+            pod=case.pod,
+            probe_message=case.probe_message,
+        )
+    )
+    conditions = {c.type: c for c in status.conditions}
+    assert [c.type for c in status.conditions] == [
+        "PodScheduled",
+        "AgentctlReady",
+        "AgentInitialized",
+        "Suspended",
+        "Ready",
+    ]
+    assert status.phase == case.phase
+    assert conditions["Ready"].status == case.ready
+    for kind, reason in case.reasons.items():
+        assert conditions[kind].reason == reason, f"{kind}: {conditions[kind].message}"
+    assert all(c.observedGeneration == 7 and c.message for c in status.conditions)
+    assert status.observedGeneration == 7
+
+
+def test_messages_carry_the_specifics() -> None:
+    unschedulable = CASES[1]
+    status = map_status(
+        Observation(
+            generation=1, suspend=False, previous=AgentSessionStatus(), now=NOW, pod=unschedulable.pod
+        )
+    )
+    assert status.condition("PodScheduled").message == "0/1 nodes: insufficient cpu"
+    probe = next(c for c in CASES if c.id == "agentctl probe failing")
+    status = map_status(
+        Observation(
+            generation=1,
+            suspend=False,
+            previous=AgentSessionStatus(),
+            now=NOW,
+            pod=probe.pod,
+            probe_message=probe.probe_message,
+        )
+    )
+    assert "statuscode: 503" in status.condition("AgentctlReady").message
+    crash = next(c for c in CASES if c.id == "agent container crash-looping")
+    status = map_status(
+        Observation(generation=1, suspend=False, previous=crash.previous, now=NOW, pod=crash.pod)
+    )
+    assert "last exit code 1" in status.condition("Ready").message
+
+
+def test_last_transition_time_moves_only_when_status_changes() -> None:
+    starting = next(c for c in CASES if c.id == "agentctl ready, ACP not yet initialized")
+    first = map_status(
+        Observation(generation=1, suspend=False, previous=AgentSessionStatus(), now=NOW, pod=starting.pod)
+    )
+    later = NOW + timedelta(seconds=30)
+    # Same statuses, different messages and reasons elsewhere: no transition.
+    second = map_status(Observation(generation=2, suspend=False, previous=first, now=later, pod=starting.pod))
+    assert [c.lastTransitionTime for c in second.conditions] == [NOW] * 5
+    # AgentInitialized and Ready turn True: only those two move.
+    ready_prev = second.model_copy(update={"acp": INITIALIZED})
+    third = map_status(
+        Observation(generation=2, suspend=False, previous=ready_prev, now=later, pod=starting.pod)
+    )
+    moved = {c.type for c in third.conditions if c.lastTransitionTime == later}
+    assert moved == {"AgentInitialized", "Ready"}
+    assert third.readyTime == later
+
+
+def test_pod_facts_are_reported() -> None:
+    initialized = next(c for c in CASES if c.id == "ACP initialized")
+    status = map_status(
+        Observation(
+            generation=1,
+            suspend=False,
+            previous=initialized.previous,
+            now=NOW,
+            pod=initialized.pod,
+            agentctl_port=9999,
+        )
+    )
+    assert status.podName == "s-agent"
+    assert status.podIP == "10.1.2.3"
+    assert status.agentctlEndpoint == "http://10.1.2.3:9999"
+    assert status.restartCount == 0
+    assert status.startup is not None
+    assert status.startup.agentctlReadySeconds == 10.0

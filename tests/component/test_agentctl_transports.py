@@ -1,0 +1,158 @@
+"""Acceptance 1: both transports — health, start, prompt; updates arrive in order; prompt returns its stop reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.component.conftest import (
+    Agentctl,
+    FifoAgent,
+    frames_until,
+    message_text,
+    update_kind,
+    wait_until,
+)
+
+
+def assert_contiguous(frames: list[dict[str, Any]], first: int) -> None:
+    seqs = [f["seq"] for f in frames]
+    assert seqs == list(range(first, first + len(frames))), seqs
+
+
+async def exercise(ctl: Agentctl, http: aiohttp.ClientSession) -> None:
+    async with http.get(f"{ctl.base}/health") as resp:
+        assert resp.status == 200
+        body = await resp.json()
+    assert body["status"] == "ok"
+    assert body["timestamp"].endswith("Z")
+
+    stream = await ctl.ws("/api/v1/acp/stream")
+    status, start = await ctl.post("/api/v1/start", {"prompt": "hello transport"})
+    assert status == 200, start
+    assert start["success"] is True
+    assert start["prompt_sent"] is True
+    assert start["resumed"] is False
+    assert start["current_mode_id"] == "ask"
+    assert {m["id"] for m in start["available_modes"]} == {"ask", "code"}
+    session_id = start["session_id"]
+
+    first_turn = await frames_until(stream, lambda f: f["kind"] == "turn_end")
+    assert_contiguous(first_turn, 1)
+    kinds = [update_kind(f) for f in first_turn[:-1]]
+    assert kinds[0] == "user_message_chunk"
+    assert kinds.index("agent_thought_chunk") < kinds.index("tool_call") < kinds.index("tool_call_update")
+    assert kinds.index("tool_call_update") < kinds.index("agent_message_chunk")
+    assert message_text(first_turn) == "You said: hello transport "
+    assert first_turn[-1]["notification"] == {"sessionId": session_id, "stopReason": "end_turn"}
+    assert all(f["timestamp"].endswith("Z") and len(f["timestamp"]) == 24 for f in first_turn)
+
+    status, result = await ctl.post("/api/v1/acp/prompt", {"prompt": "second turn"})
+    assert (status, result) == (200, {"stopReason": "end_turn"})
+    second_turn = await frames_until(stream, lambda f: f["kind"] == "turn_end")
+    assert_contiguous(second_turn, first_turn[-1]["seq"] + 1)
+    assert message_text(second_turn) == "You said: second turn "
+
+    st = await ctl.status()
+    assert st["state"] == "running"
+    assert st["acp"]["initialized"] is True
+    assert st["acp"]["session_id"] == session_id
+    assert st["acp"]["turn_running"] is False
+    assert st["acp"]["last_stop_reason"] == "end_turn"
+    assert st["clients"]["updates"] == 1
+    assert st["last_seq"] == second_turn[-1]["seq"]
+
+    # The same call again is idempotent: same session, no second initial prompt.
+    status, again = await ctl.post("/api/v1/start", {"prompt": "hello transport"})
+    assert status == 200
+    assert again["session_id"] == session_id
+    assert again["prompt_sent"] is False
+    history = await ctl.history()
+    assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
+    assert sum(update_kind(e) == "user_message_chunk" for e in history) == 2
+
+
+async def test_subprocess_transport(agentctl: Agentctl, http: aiohttp.ClientSession) -> None:
+    await exercise(agentctl, http)
+    assert (await agentctl.status())["transport"] == "subprocess"
+
+
+async def test_fifo_transport(fifo_agentctl: tuple[Agentctl, FifoAgent], http: aiohttp.ClientSession) -> None:
+    ctl, _agent = fifo_agentctl
+    await exercise(ctl, http)
+    assert (await ctl.status())["transport"] == "fifo"
+
+
+async def test_fifo_agent_restart_is_detected_and_resumed(fifo_agentctl: tuple[Agentctl, FifoAgent]) -> None:
+    ctl, agent = fifo_agentctl
+    _, start = await ctl.post("/api/v1/start", {"prompt": "before restart"})
+    await ctl.wait_turn_end()
+    stream = await ctl.ws(f"/api/v1/acp/stream?after={(await ctl.status())['last_seq']}")
+
+    await agent.kill()
+    error = await frames_until(stream, lambda f: f["kind"] == "agent_error")
+    assert "agent exited" in error[-1]["notification"]["message"]
+
+    async def waiting() -> bool:
+        st = await ctl.status()
+        return st["state"] in ("error", "starting") and "agent exited" in (st["last_error"] or "")
+
+    await wait_until(waiting, "status to report the agent's exit")
+
+    await agent.start()  # the container restarts
+
+    async def resumed() -> dict[str, Any] | None:
+        st = await ctl.status()
+        return st if st["state"] == "running" and st["acp"]["session_id"] == start["session_id"] else None
+
+    await wait_until(resumed, "agentctl to re-attach and resume the session")
+    status, result = await ctl.post("/api/v1/acp/prompt", {"prompt": "after restart"})
+    assert (status, result) == (200, {"stopReason": "end_turn"})
+    history = await ctl.history()
+    users = [
+        e["notification"]["update"]["content"]["text"]
+        for e in history
+        if update_kind(e) == "user_message_chunk"
+    ]
+    assert users == ["before restart", "after restart"]
+    assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
+
+
+async def test_stream_resume_after_seq(agentctl: Agentctl) -> None:
+    await agentctl.post("/api/v1/start", {"prompt": "one two three"})
+    full = await agentctl.wait_turn_end()
+    cut = full[3]["seq"]
+    stream = await agentctl.ws(f"/api/v1/acp/stream?after={cut}")
+    replay = await frames_until(stream, lambda f: f["kind"] == "turn_end")
+    assert replay == full[4:]
+    status, _ = await agentctl.post("/api/v1/acp/prompt", {"prompt": "live"})
+    assert status == 200
+    live = await frames_until(stream, lambda f: f["kind"] == "turn_end")
+    assert live[0]["seq"] == full[-1]["seq"] + 1
+    assert await agentctl.history(after=cut) == replay + live
+
+
+@pytest.mark.parametrize("mode", ["code"])
+async def test_set_mode_and_cancel(agentctl: Agentctl, mode: str) -> None:
+    await agentctl.post("/api/v1/start", {})
+    stream = await agentctl.ws("/api/v1/acp/stream")
+    status, body = await agentctl.post("/api/v1/acp/mode", {"mode_id": mode})
+    assert (status, body) == (200, {"success": True, "current_mode_id": mode})
+    frames = await frames_until(stream, lambda f: update_kind(f) == "current_mode_update")
+    assert frames[-1]["notification"]["update"]["currentModeId"] == mode
+    assert (await agentctl.status())["acp"]["current_mode_id"] == mode
+
+    status, body = await agentctl.post("/api/v1/acp/mode", {"mode_id": "nope"})
+    assert status == 422
+    assert "nope" in body["message"]
+
+    words = " ".join(f"w{i}" for i in range(200))
+    status, body = await agentctl.post("/api/v1/acp/prompt?wait=false", {"prompt": f"__slow__ {words}"})
+    assert status == 202
+    await frames_until(stream, lambda f: update_kind(f) == "agent_message_chunk")
+    status, body = await agentctl.post("/api/v1/acp/cancel", {})
+    assert status == 200
+    end = await frames_until(stream, lambda f: f["kind"] == "turn_end")
+    assert end[-1]["notification"]["stopReason"] == "cancelled"

@@ -37,17 +37,17 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 async def wait_until(
-    check: Callable[[], Awaitable[Any]], what: str, timeout: float = DEFAULT_WAIT, interval: float = 0.05
+    check: Callable[[], Awaitable[Any]], what: str, within: float = DEFAULT_WAIT, interval: float = 0.05
 ) -> Any:
     """Poll `check` until it returns something truthy; fail with `what` on timeout."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     last: Any = None
     while time.monotonic() < deadline:
         last = await check()
         if last:
             return last
         await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+    raise AssertionError(f"timed out after {within}s waiting for {what}; last value: {last!r}")
 
 
 @dataclass
@@ -107,12 +107,12 @@ class Agentctl:
         updates: list[dict[str, Any]] = data["updates"]
         return updates
 
-    async def wait_turn_end(self, count: int = 1, timeout: float = DEFAULT_WAIT) -> list[dict[str, Any]]:
+    async def wait_turn_end(self, count: int = 1, within: float = DEFAULT_WAIT) -> list[dict[str, Any]]:
         async def done() -> list[dict[str, Any]] | None:
             h = await self.history()
             return h if sum(e["kind"] == "turn_end" for e in h) >= count else None
 
-        result: list[dict[str, Any]] = await wait_until(done, f"{count} turn_end entries", timeout)
+        result: list[dict[str, Any]] = await wait_until(done, f"{count} turn_end entries", within)
         return result
 
     def log(self) -> str:
@@ -249,7 +249,7 @@ async def fifo_agentctl(
 
 
 async def frames_until(
-    ws: Any, stop: Callable[[dict[str, Any]], bool], timeout: float = DEFAULT_WAIT
+    ws: Any, stop: Callable[[dict[str, Any]], bool], within: float = DEFAULT_WAIT
 ) -> list[dict[str, Any]]:
     """Read JSON frames until one satisfies `stop` (included)."""
     out: list[dict[str, Any]] = []
@@ -262,9 +262,9 @@ async def frames_until(
                 return
 
     try:
-        await asyncio.wait_for(read(), timeout)
+        await asyncio.wait_for(read(), within)
     except TimeoutError:
-        raise AssertionError(f"no matching frame within {timeout}s; got {out[-5:]}") from None
+        raise AssertionError(f"no matching frame within {within}s; got {out[-5:]}") from None
     return out
 
 

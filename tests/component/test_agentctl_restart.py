@@ -1,0 +1,81 @@
+"""Acceptance 2: agentctl restarted mid-session resumes with session/load; history is whole, once; no re-prompt."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tests.component.conftest import Agentctl, frames_until, update_kind, wait_until
+
+
+def user_texts(history: list[dict[str, Any]]) -> list[str]:
+    return [
+        e["notification"]["update"]["content"]["text"]
+        for e in history
+        if update_kind(e) == "user_message_chunk"
+    ]
+
+
+async def test_restart_mid_turn_resumes_with_load(spawn: Callable[..., Awaitable[Agentctl]]) -> None:
+    first = await spawn()
+    status, start = await first.post("/api/v1/start", {"prompt": "initial prompt"})
+    assert status == 200
+    session_id = start["session_id"]
+    await first.wait_turn_end()
+    stream = await first.ws("/api/v1/acp/stream?after=0")
+    words = " ".join(f"w{i}" for i in range(100))
+    status, _ = await first.post("/api/v1/acp/prompt?wait=false", {"prompt": f"__slow__ {words}"})
+    assert status == 202
+    await frames_until(stream, lambda f: update_kind(f) == "agent_message_chunk" and "w3 " in str(f))
+    before = await first.history()
+    assert await first.stop(signal.SIGKILL) == -signal.SIGKILL  # no chance to clean up
+
+    second = await spawn()
+    status, resumed = await second.post(
+        "/api/v1/start", {"session_id": session_id, "prompt": "initial prompt"}
+    )
+    assert status == 200, resumed
+    assert resumed["session_id"] == session_id
+    assert resumed["resumed"] is True
+    assert resumed["prompt_sent"] is False
+
+    after_restart = await second.history()
+    # Everything journaled before the kill is there, unchanged; the agent's replay added nothing.
+    assert after_restart[: len(before)] == before
+    assert [e["seq"] for e in after_restart] == list(range(1, len(after_restart) + 1))
+    assert user_texts(after_restart) == ["initial prompt", f"__slow__ {words}"]
+    st = await second.status()
+    assert st["acp"]["session_id"] == session_id
+    assert st["attachments"] == 1
+
+    status, result = await second.post("/api/v1/acp/prompt", {"prompt": "after restart"})
+    assert (status, result) == (200, {"stopReason": "end_turn"})
+    final = await second.history()
+    assert [e["seq"] for e in final] == list(range(1, len(final) + 1))
+    assert user_texts(final) == ["initial prompt", f"__slow__ {words}", "after restart"]
+    entries = [(e["kind"], str(e["notification"])) for e in final]
+    assert len({e["seq"] for e in final}) == len(final)
+    assert entries.count(entries[0]) == 1  # the first prompt was neither re-sent nor re-journaled
+
+
+async def test_restart_without_session_id_uses_recorded_session(
+    spawn: Callable[..., Awaitable[Agentctl]],
+) -> None:
+    first = await spawn()
+    _, start = await first.post("/api/v1/start", {"prompt": "only once"})
+    await first.wait_turn_end()
+    await first.stop()
+
+    second = await spawn()
+    status, again = await second.post("/api/v1/start", {"prompt": "only once"})
+    assert status == 200
+    assert again["session_id"] == start["session_id"]
+    assert again["resumed"] is True
+    assert again["prompt_sent"] is False
+
+    async def settled() -> bool:
+        return not (await second.status())["acp"]["turn_running"]
+
+    await wait_until(settled, "no turn running")
+    assert user_texts(await second.history()) == ["only once"]

@@ -132,6 +132,7 @@ class AgentBridge:
         self._turn: asyncio.Task[str] | None = None
         self._suppress_replay = False
         self._garbage_reports = 0
+        self._eof_during_turn = False
         self._stop_requested = False
         self._resume_wanted = False
         self._reattach: asyncio.Task[None] | None = None
@@ -214,6 +215,9 @@ class AgentBridge:
             f"agent wrote a line to stdout that is not JSON-RPC: {preview!r}", "agent_protocol"
         )
 
+    def _on_eof(self) -> None:
+        self._eof_during_turn = self.turn_running
+
     # ----- attachment -----
 
     async def _attach(self, wait_s: float | None) -> ClientSideConnection:
@@ -231,7 +235,7 @@ class AgentBridge:
             self.state = "error"
             self.last_error, self.last_error_at = str(exc), utc_now()
             raise agent_unavailable(str(exc)) from exc
-        channel = AgentChannel(pipes, self._on_message, self._on_garbage)
+        channel = AgentChannel(pipes, self._on_message, self._on_garbage, self._on_eof)
         # BridgeClient implements the part of acp.Client an agentctl offers; the SDK answers the rest.
         conn = connect_to_agent(cast(Client, BridgeClient(self)), channel)
         self._conn, self._channel = conn, channel
@@ -250,7 +254,7 @@ class AgentBridge:
             return
         self._conn = self._channel = None
         reason = await self.transport.exit_reason()
-        turn_was_running = self.turn_running
+        turn_was_running = self._eof_during_turn
         self.permissions.cancel_all("agent_exited")
         self._reset_acp()
         with contextlib.suppress(Exception):

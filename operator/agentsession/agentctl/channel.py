@@ -21,11 +21,13 @@ class AgentChannel:
         pipes: AgentPipes,
         on_message: Callable[[dict[str, Any]], None],
         on_garbage: Callable[[bytes], None],
+        on_eof: Callable[[], None],
     ) -> None:
         self._reader = pipes.reader
         self._writer = pipes.writer
         self._on_message = on_message
         self._on_garbage = on_garbage
+        self._on_eof = on_eof
         self.eof = asyncio.Event()
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -38,6 +40,8 @@ class AgentChannel:
         while True:
             line = await self._read_line()
             if line is None:
+                # Called before the SDK fails the pending requests, so the bridge still sees the turn running.
+                self._on_eof()
                 self.eof.set()
                 return None
             line = line.strip()

@@ -184,7 +184,7 @@ class PodTemplateOverrides(_Model):
 
 class AgentSessionSpec(_Model):
     # The explicit schema default lets the API server fill in agent.type, which CEL rules rely on.
-    agent: AgentSpec = Field(default_factory=AgentSpec, json_schema_extra={"default": {}})
+    agent: AgentSpec = Field(default_factory=AgentSpec, json_schema_extra={"default": {"type": "demo"}})
     agentctl: AgentctlSpec | None = None
     workspace: WorkspaceSpec | None = None
     title: str | None = Field(default=None, max_length=256)

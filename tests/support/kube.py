@@ -1,0 +1,108 @@
+"""Small helpers over the official client for tests that drive a real API server."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from kubernetes import client
+
+from agentsession.api.constants import GROUP, PLURAL, VERSION, token_secret_name
+
+NOWHERE = {"agentsession.dev/test-node": "none"}
+
+
+class Sessions:
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+
+    def create(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "AgentSession",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        result: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, body
+        )
+        return result
+
+    def get(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name
+        )
+        return result
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec}
+        )
+        return result
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def condition(self, name: str, kind: str) -> dict[str, Any] | None:
+        conditions = self.get(name).get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == kind), None)
+
+    def has_condition(
+        self, name: str, kind: str, status: str, reason: str | None = None
+    ) -> dict[str, Any] | None:
+        found = self.condition(name, kind)
+        if found and found["status"] == status and (reason is None or found["reason"] == reason):
+            return found
+        return None
+
+    def token(self, name: str) -> str:
+        secret = self.core.read_namespaced_secret(token_secret_name(name), self.namespace)
+        return base64.b64decode(secret.data["token"]).decode()
+
+    def pod(self, name: str) -> Any:
+        return self.core.read_namespaced_pod(f"{name}-agent", self.namespace)
+
+    def events(self, name: str) -> list[Any]:
+        events = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=AgentSession"
+        )
+        return list(events.items)
+
+    def play_kubelet(
+        self, name: str, *, agentctl_ready: bool, started: bool = True, restarts: int = 0
+    ) -> None:
+        """Writes the pod status a kubelet would, for pods pinned to no node (the API tier has no kubelet)."""
+        pod = self.pod(name)
+        now = "2026-01-01T00:00:00Z"
+        running = {"running": {"startedAt": now}}
+        status = {
+            "phase": "Running",
+            "podIP": "127.0.0.1",
+            "startTime": now,
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now}],
+            "initContainerStatuses": [
+                {
+                    "name": "agentctl",
+                    "image": pod.spec.init_containers[-1].image,
+                    "imageID": "",
+                    "ready": agentctl_ready,
+                    "started": started,
+                    "restartCount": restarts,
+                    "state": running,
+                }
+            ],
+            "containerStatuses": [
+                {
+                    "name": "agent",
+                    "image": pod.spec.containers[0].image,
+                    "imageID": "",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": running,
+                }
+            ],
+        }
+        self.core.patch_namespaced_pod_status(f"{name}-agent", self.namespace, {"status": status})

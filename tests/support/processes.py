@@ -1,0 +1,128 @@
+"""Real processes for tests: the operator entry point and agentctl with the demo agent, on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer 200 within {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@dataclass
+class OperatorProcess:
+    proc: subprocess.Popen[bytes]
+    log: Path
+    metrics_url: str
+    liveness_url: str
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def kill(self) -> None:
+        """Ends the operator abruptly, as a crash or a node failure would."""
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@contextmanager
+def operator_process(kubeconfig: str, log: Path, **settings: str) -> Iterator[OperatorProcess]:
+    """Runs `agentsession-operator` against the cluster; `settings` become AGENTSESSION_* variables."""
+    metrics_port, liveness_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "KUBECONFIG": kubeconfig,
+        "AGENTSESSION_METRICS_PORT": str(metrics_port),
+        "AGENTSESSION_METRICS_HOST": "127.0.0.1",
+        "AGENTSESSION_LOG_FORMAT": "json",
+        **{f"AGENTSESSION_{key.upper()}": value for key, value in settings.items()},
+    }
+    command = [str(BIN / "agentsession-operator"), "--liveness-port", str(liveness_port)]
+    command += ["--liveness-host", "127.0.0.1"]
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    running = OperatorProcess(
+        proc,
+        log,
+        metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+        liveness_url=f"http://127.0.0.1:{liveness_port}/healthz",
+    )
+    try:
+        wait_http(running.liveness_url, 60, proc, log)
+        yield running
+    finally:
+        stop(proc)
+
+
+@dataclass
+class AgentctlProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextmanager
+def agentctl_process(
+    workdir: Path, token: str, log: Path, port: int | None = None
+) -> Iterator[AgentctlProcess]:
+    """agentctl with the demo agent as a subprocess: what a session pod runs, outside a pod."""
+    port = port or free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    command = [str(BIN / "agentctl"), "--host", "127.0.0.1", "--port", str(port), "--workdir", str(workdir)]
+    command += ["--agent-command", str(BIN / "agentsession-demo-agent")]
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "AGENTCTL_TOKEN": token}
+        )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 30, proc, log)
+        yield AgentctlProcess(proc, port, log)
+    finally:
+        stop(proc)

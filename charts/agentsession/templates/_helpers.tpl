@@ -1,0 +1,125 @@
+{{/* Names are cut at 63 characters: Kubernetes object names and label values allow no more. */}}
+{{- define "agentsession.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "agentsession.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "agentsession.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "agentsession.labels" -}}
+helm.sh/chart: {{ include "agentsession.chart" . }}
+{{ include "agentsession.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: agentsession
+{{- end }}
+
+{{- define "agentsession.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "agentsession.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Labels of one component: pass (dict "root" $ "component" "operator"). */}}
+{{- define "agentsession.componentLabels" -}}
+{{ include "agentsession.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "agentsession.componentSelectorLabels" -}}
+{{ include "agentsession.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "agentsession.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{- define "agentsession.sessionImage" -}}
+{{- .Values.operator.sessionImage | default (include "agentsession.image" .) }}
+{{- end }}
+
+{{- define "agentsession.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- .Values.operator.serviceAccount.name | default (printf "%s-operator" (include "agentsession.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- else }}
+{{- .Values.operator.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
+{{- define "agentsession.gateway.serviceAccountName" -}}
+{{- if .Values.gateway.serviceAccount.create }}
+{{- .Values.gateway.serviceAccount.name | default (printf "%s-gateway" (include "agentsession.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- else }}
+{{- .Values.gateway.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaces the operator serves, as a JSON list for AGENTSESSION_NAMESPACES: the configured ones,
+or in namespace scope the release namespace; empty means cluster-wide.
+*/}}
+{{- define "agentsession.watchNamespaces" -}}
+{{- if .Values.watchNamespaces }}
+{{- toJson (.Values.watchNamespaces | uniq) }}
+{{- else if eq .Values.rbac.scope "namespace" }}
+{{- toJson (list .Release.Namespace) }}
+{{- else }}
+{{- toJson (list) }}
+{{- end }}
+{{- end }}
+
+{{/* Namespaces that hold session pods the chart knows of: where the NetworkPolicy goes. */}}
+{{- define "agentsession.policyNamespaces" -}}
+{{- $watched := include "agentsession.watchNamespaces" . | fromJsonArray }}
+{{- $base := $watched | default (list .Release.Namespace) }}
+{{- toJson (concat $base .Values.networkPolicy.extraNamespaces | uniq) }}
+{{- end }}
+
+{{/* Rules shared by the operator's ClusterRole (scope=cluster) and its per-namespace Roles. */}}
+{{- define "agentsession.operatorRules" -}}
+- apiGroups: [agentsession.dev]
+  resources: [agentsessions]
+  verbs: [get, list, watch, patch]
+- apiGroups: [agentsession.dev]
+  resources: [agentsessions/status]
+  verbs: [get, patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+# Only the per-session agentctl token Secrets, which it creates and reads back by name.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, create]
+# list: the newest probe-failure Event of a pod becomes the session's condition message.
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, list]
+{{- end }}
+
+{{- define "agentsession.gatewayRules" -}}
+# patch: a client's initialize request unsuspends a dormant session.
+- apiGroups: [agentsession.dev]
+  resources: [agentsessions]
+  verbs: [get, list, watch, patch]
+# The agentctl bearer token of a session, read by name; never listed.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}

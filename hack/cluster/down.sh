@@ -16,25 +16,43 @@ PURGE=0
 
 warn() { printf 'WARNING: %s\n' "$*" >&2; }
 
-stop_component() {
-  local name="$1" pid
-  pid="$(pid_of "$name")" || { rm -f "$PIDS/$name.pid"; return 0; }
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    warn "$name (pid $pid) ignored SIGTERM for 10s; sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
-  rm -f "$PIDS/$name.pid"
-  log "stopped $name"
+# Sends SIGTERM to the named components together, then SIGKILL to any still running after the grace period (the
+# cluster's data is discarded anyway, so a long graceful drain buys nothing).
+stop_components() {
+  local grace="$1" name pid pending=()
+  shift
+  for name in "$@"; do
+    if pid="$(pid_of "$name")"; then kill -TERM "$pid" 2>/dev/null; pending+=("$name:$pid"); fi
+  done
+  [ ${#pending[@]} -eq 0 ] && return 0
+  local deadline=$(( $(date +%s%N) / 1000000 + grace * 1000 )) alive
+  while :; do
+    alive=0
+    for entry in "${pending[@]}"; do kill -0 "${entry#*:}" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    if [ $(( $(date +%s%N) / 1000000 )) -ge $deadline ]; then
+      for entry in "${pending[@]}"; do
+        kill -0 "${entry#*:}" 2>/dev/null || continue
+        warn "${entry%%:*} (pid ${entry#*:}) still running ${grace}s after SIGTERM; sending SIGKILL"
+        kill -KILL "${entry#*:}" 2>/dev/null
+      done
+      for _ in $(seq 1 50); do
+        alive=0
+        for entry in "${pending[@]}"; do kill -0 "${entry#*:}" 2>/dev/null && alive=1; done
+        [ $alive = 0 ] && break
+        sleep 0.1
+      done
+      break
+    fi
+    sleep 0.1
+  done
+  for entry in "${pending[@]}"; do rm -f "$PIDS/${entry%%:*}.pid"; log "stopped ${entry%%:*}"; done
 }
 
 [ -d "$CLUSTER_DIR" ] || { log "no cluster state in $CLUSTER_DIR; nothing to stop"; exit 0; }
 
 # The kubelet would restart containers as they are removed; stop it (and kube-proxy) first.
-stop_component kube-proxy
-stop_component kubelet
+stop_components 10 kube-proxy kubelet
 
 # Pod sandboxes and containers: kill and remove them through containerd while it still runs, so their shims exit and
 # their snapshots are released. Each sandbox's network namespace is noted for removal below.
@@ -65,7 +83,7 @@ for n in (spec.get("linux") or {}).get("namespaces") or []:
   done
   [ ${#netns_paths[@]} -gt 0 ] && log "removed pod containers"
 fi
-stop_component containerd
+stop_components 10 containerd
 # A shim whose task could not be deleted outlives containerd; only shims of this cluster's socket are touched.
 for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/dev/null); do
   warn "killing leftover containerd shim $pid"
@@ -83,7 +101,8 @@ for m in "${mounts[@]}"; do
 done
 [ ${#mounts[@]} -gt 0 ] && log "unmounted ${#mounts[@]} mounts"
 
-for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_component "$c"; done
+stop_components 5 kube-scheduler kube-controller-manager kube-apiserver
+stop_components 10 etcd
 
 if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep -q KUBE-; then
   timeout 30 "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || warn "kube-proxy --cleanup failed"

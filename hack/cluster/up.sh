@@ -76,6 +76,14 @@ EOF
   )
 }
 
+# Rewriting an unchanged config would make a running component restart (kube-proxy exits when its file changes).
+write_if_changed() {
+  local file="$1" tmp
+  tmp="$(mktemp "$file.XXXXXX")"
+  cat >"$tmp"
+  if cmp -s "$tmp" "$file"; then rm -f "$tmp"; else mv "$tmp" "$file"; fi
+}
+
 if [ ! -f "$PKI/ca.crt" ]; then
   (umask 077
    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
@@ -151,10 +159,13 @@ start_daemon kube-scheduler "$K8S_BIN/kube-scheduler" \
   --authorization-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false --v=1
 # The service-account controller creating "default" proves the controller-manager is working.
-wait_for "controller-manager up (default service account exists)" 60 kube-controller-manager \
-  kc -n default get serviceaccount default
+wait_controller_manager() {
+  wait_for "controller-manager up (default service account exists)" 60 kube-controller-manager \
+    kc -n default get serviceaccount default
+}
 
 if [ "$TIER" -lt 2 ]; then
+  wait_controller_manager
   log "control plane ready (tier 1); kubeconfig: $ADMIN_KUBECONFIG"
   exit 0
 fi
@@ -168,7 +179,7 @@ ip link set "$BRIDGE" up
 mkdir -p "$CLUSTER_DIR/cni/net.d" "$CLUSTER_DIR/cni/ipam"
 # The bridge exists already with its address, so the plugin runs with isGateway=false and leaves the host's
 # ip_forward alone; pods get a route to the local range only, never a default route.
-cat >"$CLUSTER_DIR/cni/net.d/10-agentsession.conflist" <<EOF
+write_if_changed "$CLUSTER_DIR/cni/net.d/10-agentsession.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "$CNI_NETWORK",
@@ -192,7 +203,7 @@ EOF
 
 # ---------------------------------------------------------------- containerd
 mkdir -p "$CONTAINERD_ROOT" "$CONTAINERD_STATE"
-cat >"$CLUSTER_DIR/containerd.toml" <<EOF
+write_if_changed "$CLUSTER_DIR/containerd.toml" <<EOF
 version = 2
 root = "$CONTAINERD_ROOT"
 state = "$CONTAINERD_STATE"
@@ -247,7 +258,7 @@ fi
 
 # ---------------------------------------------------------------- kubelet
 mkdir -p "$KUBELET_ROOT" "$CLUSTER_DIR/pod-logs"
-cat >"$CLUSTER_DIR/kubelet.yaml" <<EOF
+write_if_changed "$CLUSTER_DIR/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $NODE_IP
@@ -284,7 +295,7 @@ start_daemon kubelet "$K8S_BIN/kubelet" --config "$CLUSTER_DIR/kubelet.yaml" \
   --root-dir "$KUBELET_ROOT" --cert-dir "$KUBELET_ROOT/pki" --v=1
 
 # ---------------------------------------------------------------- kube-proxy
-cat >"$CLUSTER_DIR/kube-proxy.yaml" <<EOF
+write_if_changed "$CLUSTER_DIR/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $CLUSTER_DIR/kube-proxy.kubeconfig}
@@ -301,6 +312,7 @@ iptables: {localhostNodePorts: false}
 EOF
 start_daemon kube-proxy "$K8S_BIN/kube-proxy" --config "$CLUSTER_DIR/kube-proxy.yaml" --v=1
 
+wait_controller_manager
 wait_for "node $NODE_NAME Ready" 120 kubelet \
   kc wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
 wait_for "kube-proxy healthy" 60 kube-proxy curl -fsS http://127.0.0.1:10256/healthz

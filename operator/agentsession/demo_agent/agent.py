@@ -1,7 +1,7 @@
 """The demo agent's behaviour. Everything it says follows from the prompt text, so tests can rely on it.
 
 Cues in the prompt: "permission" asks the client for a permission; "__slow__" streams slowly (for cancel);
-"__burst N__" streams N timestamped chunks (for the benchmark); "__garbage__" prints a non-JSON line;
+"__burst N__" (or "__burst N every Uus__") streams N timestamped chunks (for the benchmark); "__garbage__" prints a non-JSON line;
 "__die__" exits in the middle of the turn.
 """
 
@@ -48,7 +48,7 @@ MODES = (
     SessionMode(id="ask", name="Ask", description="Answer questions; ask before changing anything"),
     SessionMode(id="code", name="Code", description="Write code in the workspace"),
 )
-_BURST = re.compile(r"__burst (\d{1,7})__")
+_BURST = re.compile(r"__burst (\d{1,7})(?: every (\d{1,5})us)?__")
 
 
 @dataclass
@@ -151,10 +151,13 @@ class DemoAgent:
         )
         burst = _BURST.search(text)
         if burst:
+            pause = int(burst.group(2) or 0) / 1e6
             for i in range(int(burst.group(1))):
                 await self.client.session_update(
                     session_id=session_id, update=update_agent_message_text(f"burst {i} {time.time_ns()}")
                 )
+                if pause:
+                    await asyncio.sleep(pause)
             return PromptResponse(stop_reason="end_turn")
         await self._say(session, update_agent_thought_text(f"Turn {session.turns} in {session.mode} mode."))
         if "__die__" in text:

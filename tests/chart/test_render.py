@@ -1,0 +1,410 @@
+"""The chart, rendered offline: lint, every documented values file, restricted pods, RBAC, policies, monitoring."""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart.conftest import CHART, CI_VALUES, Manifest, Render, by_kind, one, run_helm
+from tests.conftest import CRD_FILE
+from tests.support.pod_security import restricted_violations
+
+VALUES_CASES = [pytest.param(None, id="default"), *(pytest.param(f, id=f.stem) for f in CI_VALUES)]
+NAMESPACE_MODE = CHART / "ci" / "namespace-mode-values.yaml"
+DEV = CHART / "ci" / "dev-values.yaml"
+MONITORING = CHART / "ci" / "monitoring-values.yaml"
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace"}
+
+
+def _files(values: Path | None) -> list[Path]:
+    return [values] if values else []
+
+
+def _pod_specs(manifests: list[Manifest]) -> list[tuple[str, Manifest]]:
+    pods = []
+    for m in manifests:
+        if m["kind"] == "Pod":
+            pods.append((m["metadata"]["name"], m))
+        elif m["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+            pods.append((m["metadata"]["name"], m["spec"]["template"]))
+    return pods
+
+
+def _container(deployment: Manifest, name: str) -> Manifest:
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    return containers[name]
+
+
+def test_documented_values_files_exist() -> None:
+    assert {f.name for f in CI_VALUES} >= {
+        "namespace-mode-values.yaml",
+        "dev-values.yaml",
+        "monitoring-values.yaml",
+    }
+    for f in CI_VALUES:
+        assert f.read_text().startswith("#"), f"{f.name} must say what it is for in a leading comment"
+
+
+@pytest.mark.parametrize("values", VALUES_CASES)
+def test_helm_lint_strict(helm: str, values: Path | None) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    for f in _files(values):
+        args += ["-f", str(f)]
+    run_helm(helm, *args)
+
+
+@pytest.mark.parametrize("values", VALUES_CASES)
+def test_template_renders_valid_objects(render: Render, values: Path | None) -> None:
+    manifests = render(*_files(values))
+    assert manifests
+    names: set[tuple[str, str, str]] = set()
+    for m in manifests:
+        meta = m["metadata"]
+        key = (m["kind"], meta.get("namespace", ""), meta["name"])
+        assert key not in names, f"rendered twice: {key}"
+        names.add(key)
+        assert len(meta["name"]) <= 63, meta["name"]
+        if m["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in meta, f"{key} is cluster-scoped"
+        else:
+            assert meta.get("namespace"), (
+                f"{key} has no namespace: `kubectl apply` of the output would misplace it"
+            )
+        labels = meta.get("labels", {})
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm", key
+        assert labels.get("app.kubernetes.io/instance") == "agentsession", key
+        assert "helm.sh/chart" in labels, key
+
+
+@pytest.mark.parametrize("values", VALUES_CASES)
+def test_every_pod_meets_the_restricted_standard(render: Render, values: Path | None) -> None:
+    for name, pod in _pod_specs(render(*_files(values))):
+        assert restricted_violations(pod) == [], name
+        spec = pod["spec"]
+        for container in spec["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, name
+            assert container["resources"].get("requests"), name
+            assert container["resources"].get("limits"), name
+
+
+# ---------------------------------------------------------------- the CRD comes from crds/, never a copy
+
+
+def test_chart_crd_is_the_generated_file() -> None:
+    in_chart = CHART / "crds" / "agentsessions.yaml"
+    assert in_chart.is_symlink(), "the chart must link the generated CRD, not keep a copy"
+    assert in_chart.resolve() == CRD_FILE.resolve()
+    copies = [
+        p for p in CHART.rglob("*.yaml") if "CustomResourceDefinition" in p.read_text() and p != in_chart
+    ]
+    assert copies == [], f"hand-kept CRD copies in the chart: {copies}"
+
+
+def test_rendered_crd_equals_crds_file(render: Render) -> None:
+    crds = by_kind(render(include_crds=True), "CustomResourceDefinition")
+    assert crds == [doc for doc in yaml.safe_load_all(CRD_FILE.read_text()) if doc]
+
+
+def test_packaged_chart_carries_the_crd_itself(helm: str, tmp_path: Path) -> None:
+    """`helm package` must dereference the link: a chart archive holds the file, byte for byte."""
+    run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("agentsession-*.tgz")
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("agentsession/crds/agentsessions.yaml")
+        assert member is not None
+        assert member.read() == CRD_FILE.read_bytes()
+        assert "agentsession/values.schema.json" in tar.getnames()
+
+
+# ---------------------------------------------------------------- operator
+
+
+def test_operator_is_one_replica_recreated(render: Render) -> None:
+    deployment = one(render(), "Deployment", "-operator")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = _container(deployment, "operator")
+    assert container["command"][0] == "agentsession-operator"
+    assert "--liveness-port=8081" in container["command"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert deployment["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
+def _operator_config(deployment: Manifest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from agentsession.controller.config import OperatorConfig
+
+    for key in [k for k in __import__("os").environ if k.startswith("AGENTSESSION_")]:
+        monkeypatch.delenv(key)
+    for env in _container(deployment, "operator")["env"]:
+        monkeypatch.setenv(env["name"], env["value"])
+    return OperatorConfig()
+
+
+@pytest.mark.parametrize(
+    ("values", "sets", "namespaces"),
+    [
+        (None, [], []),
+        (NAMESPACE_MODE, [], ["team-a", "team-b"]),
+        (None, ["rbac.scope=namespace"], ["agentsession-system"]),
+        (None, ["watchNamespaces={ns1}"], ["ns1"]),
+    ],
+    ids=["cluster", "namespace-mode", "namespace-default", "cluster-scope-some-namespaces"],
+)
+def test_operator_env_is_a_valid_operator_config(
+    render: Render,
+    monkeypatch: pytest.MonkeyPatch,
+    values: Path | None,
+    sets: list[str],
+    namespaces: list[str],
+) -> None:
+    """The settings the chart passes parse as the operator's own config: a renamed setting fails here."""
+    config = _operator_config(one(render(*_files(values), set=sets), "Deployment", "-operator"), monkeypatch)
+    assert config.namespaces == namespaces
+    assert config.image == "agentsession:0.1.0"
+    assert config.metrics_port == 8080
+    assert config.agentctl_resources.limits == {"cpu": "500m", "memory": "256Mi"}
+
+
+def test_dev_values_use_the_local_image(render: Render, monkeypatch: pytest.MonkeyPatch) -> None:
+    manifests = render(DEV)
+    config = _operator_config(one(manifests, "Deployment", "-operator"), monkeypatch)
+    assert (config.image, config.image_pull_policy) == ("agentsession:dev", "Never")
+    for _, pod in _pod_specs(manifests):
+        for container in pod["spec"]["containers"]:
+            assert (container["image"], container["imagePullPolicy"]) == ("agentsession:dev", "Never")
+
+
+# ---------------------------------------------------------------- RBAC, statically (the cluster test impersonates)
+
+
+def _rules(manifests: list[Manifest], component: str) -> list[tuple[str, Manifest]]:
+    """(namespace or '' for cluster-wide, rule) for every rule bound to one component's service account."""
+    out = []
+    for m in manifests:
+        if m["kind"] in ("ClusterRole", "Role") and m["metadata"]["labels"].get(
+            "app.kubernetes.io/component"
+        ) == (component):
+            out += [(m["metadata"].get("namespace", ""), r) for r in m["rules"]]
+    return out
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACE_MODE], ids=["cluster", "namespace"])
+def test_rbac_grants_no_wildcards_and_no_secret_listing(render: Render, values: Path | None) -> None:
+    manifests = render(*_files(values))
+    for component in ("operator", "gateway"):
+        rules = _rules(manifests, component)
+        assert rules, component
+        for _, rule in rules:
+            assert "*" not in rule["verbs"], rule
+            assert "*" not in rule["resources"], rule
+            assert "*" not in rule.get("apiGroups", []), rule
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+            if "secrets" in rule["resources"]:
+                allowed = {"get", "create"} if component == "operator" else {"get"}
+                assert set(rule["verbs"]) <= allowed, (component, rule)
+
+
+def test_namespace_mode_has_no_cluster_wide_grants(render: Render) -> None:
+    manifests = render(NAMESPACE_MODE)
+    assert by_kind(manifests, "ClusterRole") == []
+    # The one cluster-wide binding is the gateway's create-only access to token and access reviews.
+    (binding,) = by_kind(manifests, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "system:auth-delegator"
+    assert [s["name"] for s in binding["subjects"]] == ["agentsession-gateway"]
+    roles = by_kind(manifests, "Role")
+    assert sorted((r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles) == [
+        (ns, f"agentsession-{c}") for ns in ("team-a", "team-b") for c in ("gateway", "operator")
+    ]
+
+
+def test_namespace_mode_without_gateway_auth_needs_no_cluster_objects(render: Render) -> None:
+    manifests = render(NAMESPACE_MODE, set=["gateway.auth.enabled=false"])
+    assert [m for m in manifests if m["kind"] in CLUSTER_SCOPED] == []
+    gateway = one(manifests, "Deployment", "-gateway")
+    assert "--insecure-no-auth" in _container(gateway, "gateway")["command"]
+
+
+def test_cluster_mode_binds_cluster_roles(render: Render) -> None:
+    manifests = render()
+    bindings = {b["metadata"]["name"]: b for b in by_kind(manifests, "ClusterRoleBinding")}
+    assert bindings["agentsession-operator"]["roleRef"]["name"] == "agentsession-operator"
+    assert bindings["agentsession-gateway"]["roleRef"]["name"] == "agentsession-gateway"
+    assert bindings["agentsession-gateway-auth-delegator"]["roleRef"]["name"] == "system:auth-delegator"
+    aggregated = [
+        r for r in by_kind(manifests, "ClusterRole") if r["metadata"]["name"] == "agentsession-edit"
+    ]
+    assert aggregated[0]["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+
+
+def test_rbac_create_false_renders_no_rbac(render: Render) -> None:
+    manifests = render(set=["rbac.create=false"])
+    assert not [
+        m for m in manifests if m["kind"] in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    ]
+
+
+# ---------------------------------------------------------------- NetworkPolicy, gateway, monitoring
+
+
+@pytest.mark.parametrize(
+    ("values", "sets", "namespaces"),
+    [
+        (None, [], ["agentsession-system"]),
+        (NAMESPACE_MODE, [], ["team-a", "team-b"]),
+        (None, ["networkPolicy.extraNamespaces={demo}"], ["agentsession-system", "demo"]),
+    ],
+    ids=["cluster", "namespace-mode", "extra"],
+)
+def test_network_policy_admits_only_operator_and_gateway_to_agentctl(
+    render: Render, values: Path | None, sets: list[str], namespaces: list[str]
+) -> None:
+    policies = by_kind(render(*_files(values), set=sets), "NetworkPolicy")
+    assert sorted(p["metadata"]["namespace"] for p in policies) == namespaces
+    for policy in policies:
+        spec = policy["spec"]
+        assert spec["podSelector"]["matchLabels"] == {
+            "app.kubernetes.io/name": "agentsession",
+            "app.kubernetes.io/component": "agent",
+        }
+        assert spec["policyTypes"] == ["Ingress"]
+        (rule,) = spec["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": 9999}]
+        (peer,) = rule["from"]
+        assert peer["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": "agentsession-system"
+        }
+        expressions = {e["key"]: e["values"] for e in peer["podSelector"]["matchExpressions"]}
+        assert expressions["app.kubernetes.io/component"] == ["operator", "gateway"]
+        assert expressions["app.kubernetes.io/instance"] == ["agentsession"]
+    assert by_kind(render(set=["networkPolicy.enabled=false"]), "NetworkPolicy") == []
+
+
+def test_gateway_replicas_service_and_disruption_budget(render: Render) -> None:
+    manifests = render()
+    gateway = one(manifests, "Deployment", "-gateway")
+    assert gateway["spec"]["replicas"] == 2
+    container = _container(gateway, "gateway")
+    assert container["command"][:2] == ["agentsession-gateway", "--port=8000"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    service = one(manifests, "Service", "-gateway")
+    assert service["spec"]["selector"] == gateway["spec"]["selector"]["matchLabels"]
+    pdb = one(manifests, "PodDisruptionBudget", "-gateway")
+    assert pdb["spec"]["selector"] == gateway["spec"]["selector"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    # One replica and a budget would block every node drain.
+    assert by_kind(render(DEV), "PodDisruptionBudget") == []
+    assert not [m for m in render(set=["gateway.enabled=false"]) if "gateway" in m["metadata"]["name"]]
+
+
+def _known_metric_names() -> set[str]:
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from agentsession.controller import metrics as operator_metrics
+
+    modules = [operator_metrics]
+    try:
+        from agentsession.gateway import metrics as gateway_metrics
+
+        modules.append(gateway_metrics)
+    except ImportError:
+        pass
+    names: set[str] = set()
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, MetricWrapperBase):
+                for metric in value.describe():
+                    names.add(metric.name)
+                    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+                    names.update(metric.name + s for s in suffixes.get(metric.type, []))
+    return names
+
+
+def _metric_names_in(text: str) -> set[str]:
+    return set(re.findall(r"\bagentsession_[a-z_]+[a-z]\b", text))
+
+
+def test_monitoring_objects_are_optional(render: Render) -> None:
+    default = render()
+    assert by_kind(default, "ServiceMonitor") == []
+    assert by_kind(default, "PrometheusRule") == []
+    manifests = render(MONITORING)
+    monitor = one(manifests, "ServiceMonitor")
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics", "http"}
+    services = {s["metadata"]["name"]: s for s in by_kind(manifests, "Service")}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert any(endpoint["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services.values())
+
+
+def test_alerts_cover_the_operations_that_matter_and_use_real_metrics(render: Render) -> None:
+    rule = one(render(MONITORING), "PrometheusRule")
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {
+        "AgentSessionOperatorDown",
+        "AgentSessionReconcileErrors",
+        "AgentSessionsFailed",
+        "AgentSessionStartupSlow",
+        "AgentSessionGatewaySlowConsumers",
+    } <= set(alerts)
+    known = _known_metric_names()
+    for name, alert in alerts.items():
+        assert alert["labels"]["severity"] in ("critical", "warning"), name
+        assert alert["annotations"]["summary"], name
+        assert alert["annotations"]["description"], name
+        assert alert.get("for"), f"{name} would fire on a single bad scrape"
+        unknown = _metric_names_in(alert["expr"]) - known
+        if "gateway" in name and not any(n.startswith("agentsession_gateway_") for n in known):
+            continue  # the gateway's metrics module is not importable in this checkout
+        assert unknown == set(), f"{name} uses metrics no component exports: {unknown}"
+
+
+def test_grafana_dashboard_configmap(render: Render) -> None:
+    configmap = one(render(), "ConfigMap", "-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(configmap["data"]["agentsession.json"])
+    assert dashboard["uid"]
+    assert dashboard["title"]
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert len(panels) >= 10
+    exprs = " ".join(t["expr"] for p in panels for t in p["targets"])
+    unknown = _metric_names_in(exprs) - _known_metric_names()
+    gateway_known = any(n.startswith("agentsession_gateway_") for n in _known_metric_names())
+    if not gateway_known:
+        unknown = {n for n in unknown if not n.startswith("agentsession_gateway_")}
+    assert unknown == set(), f"dashboard panels query metrics no component exports: {unknown}"
+    assert one(render(MONITORING), "ConfigMap", "-dashboard")["metadata"]["namespace"] == "monitoring"
+
+
+def test_helm_test_hook_checks_both_components(render: Render) -> None:
+    pod = one(render(), "Pod", "-test-health")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = pod["spec"]["containers"][0]["args"][0]
+    assert "/healthz" in script
+    assert "/readyz" in script
+    assert compile(script, "test-health", "exec")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "rbac.scope=everywhere",
+        "image.pullPolicy=Sometimes",
+        "gateway.port=70000",
+        "watchNamespaces={Not_A_Namespace}",
+        "unknownTopLevelKey=1",
+        "operator.logFormat=xml",
+    ],
+)
+def test_schema_rejects_bad_values(helm: str, bad: str) -> None:
+    proc = run_helm(helm, "template", "x", str(CHART), "--set", bad, check=False)
+    assert proc.returncode != 0, f"--set {bad} was accepted"
+    assert "schema" in proc.stderr, proc.stderr

@@ -1,0 +1,255 @@
+"""RBAC, proven by the API server: the chart's roles are applied to a real cluster and each service account is
+impersonated with `kubectl auth can-i --as`. Each must be able to do its job, and nothing more."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart.conftest import Render
+
+pytestmark = pytest.mark.cluster
+
+RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+AGS = "agentsessions.agentsession.dev"
+
+# (verb, resource, extra kubectl args) an account must be able to do in each namespace it serves.
+OPERATOR_MUST = [
+    ("get", AGS, ()),
+    ("list", AGS, ()),
+    ("watch", AGS, ()),
+    ("patch", AGS, ()),
+    ("patch", AGS, ("--subresource=status",)),
+    ("create", "pods", ()),
+    ("delete", "pods", ()),
+    ("watch", "pods", ()),
+    ("get", "secrets", ()),
+    ("create", "secrets", ()),
+    ("create", "persistentvolumeclaims", ()),
+    ("create", "events", ()),
+    ("list", "events", ()),
+]
+OPERATOR_MUST_NOT = [
+    ("list", "secrets", ()),
+    ("watch", "secrets", ()),
+    ("update", "secrets", ()),
+    ("delete", "secrets", ()),
+    ("delete", AGS, ()),
+    ("create", AGS, ()),
+    ("update", AGS, ()),
+    ("create", "pods", ("--subresource=exec",)),
+    ("patch", "pods", ()),
+    ("create", "deployments.apps", ()),
+    ("create", "serviceaccounts", ("--subresource=token",)),
+    ("delete", "persistentvolumeclaims", ()),
+    ("create", "roles.rbac.authorization.k8s.io", ()),
+    ("create", "networkpolicies.networking.k8s.io", ()),
+]
+GATEWAY_MUST = [
+    ("get", AGS, ()),
+    ("list", AGS, ()),
+    ("watch", AGS, ()),
+    ("patch", AGS, ()),
+    ("get", "secrets", ()),
+]
+GATEWAY_MUST_NOT = [
+    ("list", "secrets", ()),
+    ("watch", "secrets", ()),
+    ("create", "secrets", ()),
+    ("patch", AGS, ("--subresource=status",)),
+    ("create", AGS, ()),
+    ("delete", AGS, ()),
+    ("get", "pods", ()),
+    ("create", "pods", ()),
+    ("create", "pods", ("--subresource=exec",)),
+    ("get", "configmaps", ()),
+]
+# Cluster-scoped or all-namespace requests no account may make in any mode.
+NOBODY_CLUSTER_WIDE = [
+    ("list", "secrets", ("--all-namespaces",)),
+    ("create", "clusterroles.rbac.authorization.k8s.io", ()),
+    ("create", "clusterrolebindings.rbac.authorization.k8s.io", ()),
+    ("impersonate", "serviceaccounts", ()),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io", ()),
+    ("delete", "namespaces", ()),
+    ("get", "nodes", ()),
+    ("create", "certificatesigningrequests.certificates.k8s.io", ()),
+]
+REVIEWS = [
+    ("create", "tokenreviews.authentication.k8s.io", ()),
+    ("create", "subjectaccessreviews.authorization.k8s.io", ()),
+]
+
+Check = tuple[
+    str, str, str, tuple[str, ...], str | None, bool
+]  # account, verb, resource, args, namespace, expected
+
+
+class Cluster:
+    def __init__(self, kubectl: str, kubeconfig: str) -> None:
+        self.kubectl = kubectl
+        self.kubeconfig = kubeconfig
+
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.kubectl, "--kubeconfig", self.kubeconfig, *args],
+            input=stdin, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            pytest.fail(f"kubectl {' '.join(args)} failed:\n{proc.stderr or proc.stdout}", pytrace=False)
+        return proc
+
+    def can_i(
+        self, account: str, verb: str, resource: str, args: tuple[str, ...], namespace: str | None
+    ) -> bool:
+        where = ["--namespace", namespace] if namespace else []
+        proc = self.run("auth", "can-i", verb, resource, *args, *where, f"--as={account}", check=False)
+        answer = proc.stdout.strip()
+        assert answer in ("yes", "no"), f"kubectl auth can-i gave {answer!r}: {proc.stderr}"
+        return answer == "yes"
+
+
+def verify(cluster: Cluster, checks: list[Check]) -> None:
+    """Runs every check (in parallel: each is one API round trip) and reports all the wrong answers at once."""
+
+    def one(check: Check) -> str | None:
+        account, verb, resource, args, namespace, expected = check
+        actual = cluster.can_i(account, verb, resource, args, namespace)
+        if actual == expected:
+            return None
+        where = f"in {namespace}" if namespace else "cluster-wide"
+        return f"{account.rsplit(':', 1)[-1]} {'can' if actual else 'cannot'} {verb} {resource} {' '.join(args)} {where}"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        wrong = [w for w in pool.map(one, checks) if w]
+    assert wrong == [], "RBAC differs from what each account needs:\n  " + "\n  ".join(wrong)
+
+
+def expect(
+    account: str, rules: list[tuple[str, str, tuple[str, ...]]], namespace: str | None, ok: bool
+) -> list[Check]:
+    return [(account, verb, resource, args, namespace, ok) for verb, resource, args in rules]
+
+
+@pytest.fixture
+def cluster(kubectl: str, kubeconfig: str) -> Cluster:
+    return Cluster(kubectl, kubeconfig)
+
+
+@pytest.fixture
+def make_namespace(kube_api: Any) -> Iterator[Callable[[str], str]]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_api)
+    made: list[str] = []
+
+    def _make(prefix: str) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+        made.append(name)
+        return name
+
+    yield _make
+    for name in made:
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def install_rbac(cluster: Cluster, render: Render) -> Iterator[Callable[..., str]]:
+    """Applies only the chart's ServiceAccounts and RBAC objects, under a release name unique to the test."""
+    applied: list[str] = []
+
+    def _install(namespace: str, *sets: str) -> str:
+        release = f"rbac-{uuid.uuid4().hex[:6]}"
+        docs = [
+            m for m in render(release=release, namespace=namespace, set=list(sets)) if m["kind"] in RBAC_KINDS
+        ]
+        text = yaml.safe_dump_all(docs)
+        cluster.run("apply", "-f", "-", stdin=text)
+        applied.append(text)
+        return release
+
+    yield _install
+    for text in applied:
+        cluster.run("delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=text, check=False)
+
+
+def _accounts(namespace: str, release: str) -> tuple[str, str]:
+    prefix = f"system:serviceaccount:{namespace}:{release}-agentsession"
+    return f"{prefix}-operator", f"{prefix}-gateway"
+
+
+def test_cluster_scope(
+    cluster: Cluster, install_rbac: Callable[..., str], namespace: str, make_namespace: Any
+) -> None:
+    elsewhere = make_namespace("rbac-other")
+    release = install_rbac(namespace)
+    operator, gateway = _accounts(namespace, release)
+    checks: list[Check] = []
+    for ns in (namespace, elsewhere):
+        checks += expect(operator, OPERATOR_MUST, ns, True) + expect(operator, OPERATOR_MUST_NOT, ns, False)
+        checks += expect(gateway, GATEWAY_MUST, ns, True) + expect(gateway, GATEWAY_MUST_NOT, ns, False)
+    for account in (operator, gateway):
+        checks += expect(account, NOBODY_CLUSTER_WIDE, None, False)
+    checks += [
+        (operator, "list", AGS, ("--all-namespaces",), None, True),
+        (operator, "watch", "pods", ("--all-namespaces",), None, True),
+        (operator, "watch", "customresourcedefinitions.apiextensions.k8s.io", (), None, True),
+        (gateway, "watch", AGS, ("--all-namespaces",), None, True),
+        (gateway, "list", "secrets", ("--all-namespaces",), None, False),
+        (
+            operator,
+            "get",
+            "secrets",
+            ("--all-namespaces",),
+            None,
+            True,
+        ),  # by name, in any namespace it serves
+    ]
+    checks += expect(gateway, REVIEWS, None, True) + expect(operator, REVIEWS, None, False)
+    verify(cluster, checks)
+
+
+def test_namespace_scope(
+    cluster: Cluster, install_rbac: Callable[..., str], namespace: str, make_namespace: Any
+) -> None:
+    watched = [make_namespace("rbac-team-a"), make_namespace("rbac-team-b")]
+    elsewhere = make_namespace("rbac-other")
+    release = install_rbac(namespace, "rbac.scope=namespace", f"watchNamespaces={{{','.join(watched)}}}")
+    operator, gateway = _accounts(namespace, release)
+    checks: list[Check] = []
+    for ns in watched:
+        checks += expect(operator, OPERATOR_MUST, ns, True) + expect(operator, OPERATOR_MUST_NOT, ns, False)
+        checks += expect(gateway, GATEWAY_MUST, ns, True) + expect(gateway, GATEWAY_MUST_NOT, ns, False)
+    # Nothing outside the watched namespaces: not elsewhere, not in the release's own namespace.
+    for ns in (elsewhere, namespace):
+        checks += expect(operator, OPERATOR_MUST, ns, False) + expect(gateway, GATEWAY_MUST, ns, False)
+    for account in (operator, gateway):
+        checks += expect(account, NOBODY_CLUSTER_WIDE, None, False)
+        checks += [
+            (account, "list", AGS, ("--all-namespaces",), None, False),
+            (account, "watch", "pods", ("--all-namespaces",), None, False),
+            (account, "get", "secrets", ("--all-namespaces",), None, False),
+            (account, "list", "namespaces", (), None, False),
+            (account, "list", "customresourcedefinitions.apiextensions.k8s.io", (), None, False),
+        ]
+    checks += expect(gateway, REVIEWS, None, True) + expect(operator, REVIEWS, None, False)
+    verify(cluster, checks)
+
+
+def test_namespace_scope_without_gateway_auth_grants_nothing_cluster_wide(
+    cluster: Cluster, install_rbac: Callable[..., str], namespace: str
+) -> None:
+    release = install_rbac(namespace, "rbac.scope=namespace", "gateway.auth.enabled=false")
+    operator, gateway = _accounts(namespace, release)
+    checks = expect(operator, OPERATOR_MUST, namespace, True) + expect(gateway, GATEWAY_MUST, namespace, True)
+    checks += expect(gateway, REVIEWS, None, False)
+    verify(cluster, checks)

@@ -1,0 +1,444 @@
+"""The gateway's core: one runtime per AgentSession, fed by the watch cache and by agentctl, fanned out to clients.
+
+A runtime owns the upstream update stream of its agent (opened while AgentctlReady is True) and the live
+state that stream reveals (turn running, current mode). Status changes are computed by `status.agent_info`
+from the cached object and that live state, so every replica reports the same thing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+from agentsession.api.constants import TOKEN_KEY, token_secret_name
+from agentsession.gateway import metrics
+from agentsession.gateway.events import (
+    AgentctlReady,
+    AgentRemoved,
+    AgentStatusChanged,
+    AgentUpdate,
+    ErrorCode,
+    Event,
+    RequestError,
+    ShellOutput,
+)
+from agentsession.gateway.kube import KubeClient, KubeError
+from agentsession.gateway.status import LiveState, agent_id, agent_info, condition_true, is_suspended
+from agentsession.gateway.upstream import AgentctlClient, ShellStream, UpdateStream
+from agentsession.gateway.watch_cache import Key, Manifest, SessionCache
+
+log = logging.getLogger(__name__)
+
+
+class Subscriber(Protocol):
+    """A client connection as the registry sees it."""
+
+    def deliver(self, event: Event) -> None: ...
+
+    def may_see(self, namespace: str) -> bool | None:
+        """True/False if known, None if this connection has not been authorized for the namespace yet."""
+
+    async def authorize_namespace(self, namespace: str) -> bool: ...
+
+    def wants_updates(self, agent_id: str) -> bool: ...
+
+
+def split_id(value: str) -> Key:
+    namespace, sep, name = value.partition("/")
+    if not sep or not namespace or not name:
+        raise RequestError(
+            ErrorCode.VALIDATION_ERROR, f"agent id {value!r} must be 'namespace/name'", field="agentId"
+        )
+    return namespace, name
+
+
+@dataclass
+class Runtime:
+    key: Key
+    live: LiveState = field(default_factory=LiveState)
+    client: AgentctlClient | None = None
+    stream: UpdateStream | None = None
+    endpoint_key: tuple[str, str] | None = None  # (endpoint, podUID) the stream follows
+    connected: asyncio.Event = field(default_factory=asyncio.Event)
+    last_info: dict[str, Any] | None = None
+    shell: ShellStream | None = None
+    shell_subscribers: set[Subscriber] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def id(self) -> str:
+        return agent_id(*self.key)
+
+
+class AgentRegistry:
+    def __init__(
+        self,
+        cache: SessionCache,
+        kube: KubeClient,
+        http: aiohttp.ClientSession,
+        *,
+        agentctl_host_override: str | None = None,
+        agentctl_port_override: int | None = None,
+        init_timeout: float = 120.0,
+    ) -> None:
+        self.cache = cache
+        self.kube = kube
+        self.http = http
+        self._host_override = agentctl_host_override
+        self._port_override = agentctl_port_override
+        self.init_timeout = init_timeout
+        self.runtimes: dict[Key, Runtime] = {}
+        self.subscribers: set[Subscriber] = set()
+        self._inits: dict[Key, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        cache.add_listener(self._on_session)
+
+    # --- lifecycle ---
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for rt in self.runtimes.values():
+            if rt.stream:
+                await rt.stream.stop()
+            if rt.shell:
+                await rt.shell.stop()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- views ---
+
+    def info(self, key: Key) -> dict[str, Any] | None:
+        obj = self.cache.get(key)
+        if obj is None:
+            return None
+        rt = self.runtimes.get(key)
+        return agent_info(obj, rt.live if rt and rt.connected.is_set() else None)
+
+    def infos(self, namespaces: Callable[[str], bool]) -> list[dict[str, Any]]:
+        result = []
+        for obj in sorted(
+            self.cache.items(), key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])
+        ):
+            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if namespaces(key[0]):
+                info = self.info(key)
+                if info is not None:
+                    result.append(info)
+        return result
+
+    def session(self, key: Key) -> Manifest:
+        obj = self.cache.get(key)
+        if obj is None:
+            raise RequestError(
+                ErrorCode.NOT_FOUND, f"no AgentSession {key[0]}/{key[1]}", agentId=agent_id(*key)
+            )
+        return obj
+
+    # --- fan-out ---
+
+    def broadcast(self, namespace: str, event: Event, *, updates_of: str | None = None) -> None:
+        for sub in list(self.subscribers):
+            if updates_of is not None and not sub.wants_updates(updates_of):
+                continue
+            visible = sub.may_see(namespace)
+            if visible is None:
+                self._spawn(self._deliver_after_check(sub, namespace, event))
+            elif visible:
+                sub.deliver(event)
+
+    async def _deliver_after_check(self, sub: Subscriber, namespace: str, event: Event) -> None:
+        if await sub.authorize_namespace(namespace) and sub in self.subscribers:
+            sub.deliver(event)
+
+    def _publish_status(self, rt: Runtime, observed_at: float) -> None:
+        info = self.info(rt.key)
+        if info is None or info == rt.last_info:
+            return
+        rt.last_info = info
+        self.broadcast(rt.key[0], AgentStatusChanged(rt.id, info, observed_at))
+
+    # --- watch events ---
+
+    def _on_session(self, kind: str, old: Manifest | None, new: Manifest) -> None:
+        now = time.monotonic()
+        key = (new["metadata"]["namespace"], new["metadata"]["name"])
+        if kind == "DELETED":
+            rt = self.runtimes.pop(key, None)
+            info = agent_info({**new, "metadata": {**new["metadata"], "deletionTimestamp": "deleted"}}, None)
+            self.broadcast(key[0], AgentRemoved(agent_id(*key), info, now))
+            if rt:
+                self._spawn(self._stop_runtime(rt))
+            return
+        rt = self.runtimes.setdefault(key, Runtime(key))
+        was_ready = old is not None and condition_true(old, "AgentctlReady")
+        if condition_true(new, "AgentctlReady") and not was_ready:
+            task_session = (new.get("status") or {}).get("podUID")
+            self.broadcast(key[0], AgentctlReady(rt.id, task_session, now))
+        self._spawn(self._converge_upstream(rt))
+        self._publish_status(rt, now)
+
+    def _endpoint(self, obj: Manifest) -> str | None:
+        status = obj.get("status") or {}
+        endpoint = status.get("agentctlEndpoint")
+        if not endpoint or not condition_true(obj, "AgentctlReady"):
+            return None
+        if self._host_override or self._port_override:
+            host = self._host_override or status.get("podIP")
+            port = self._port_override or int(endpoint.rsplit(":", 1)[1])
+            return f"http://{host}:{port}"
+        return str(endpoint)
+
+    async def _converge_upstream(self, rt: Runtime) -> None:
+        async with rt.lock:
+            obj = self.cache.get(rt.key)
+            endpoint = self._endpoint(obj) if obj else None
+            wanted = (endpoint, str((obj.get("status") or {}).get("podUID"))) if obj and endpoint else None
+            if wanted == rt.endpoint_key:
+                return
+            await self._stop_streams(rt)
+            rt.endpoint_key = None
+            if wanted is None or endpoint is None:
+                return
+            try:
+                token = await self._token(rt.key)
+            except (KubeError, OSError, ValueError) as exc:
+                log.warning("cannot read the agentctl token of %s: %s", rt.id, exc)
+                self._spawn(self._retry_converge(rt))
+                return
+            rt.client = AgentctlClient(self.http, endpoint, token)
+            rt.stream = UpdateStream(
+                rt.client,
+                on_entry=lambda entry: self._on_entry(rt, entry),
+                on_status=lambda status: self._on_agentctl_status(rt, status),
+                on_connected=lambda up: self._on_connected(rt, up),
+            )
+            rt.stream.start()
+            rt.endpoint_key = wanted
+
+    async def _retry_converge(self, rt: Runtime) -> None:
+        await asyncio.sleep(2.0)
+        if self.runtimes.get(rt.key) is rt:
+            await self._converge_upstream(rt)
+
+    async def _stop_streams(self, rt: Runtime) -> None:
+        if rt.stream:
+            await rt.stream.stop()
+            rt.stream = None
+        if rt.shell:
+            await rt.shell.stop()
+            rt.shell = None
+            for sub in list(rt.shell_subscribers):
+                sub.deliver(ShellOutput(rt.id, "exit", "", None, time.monotonic()))
+            rt.shell_subscribers.clear()
+        rt.connected.clear()
+        rt.live = LiveState()
+
+    async def _stop_runtime(self, rt: Runtime) -> None:
+        async with rt.lock:
+            await self._stop_streams(rt)
+
+    async def _token(self, key: Key) -> str:
+        secret = await self.kube.read_secret(key[0], token_secret_name(key[1]))
+        return base64.b64decode((secret.get("data") or {})[TOKEN_KEY]).decode()
+
+    # --- upstream events ---
+
+    def _on_agentctl_status(self, rt: Runtime, status: Manifest) -> None:
+        acp = status.get("acp") or {}
+        rt.live = LiveState(
+            agent_state=status.get("state"),
+            turn_running=bool(acp.get("turn_running")),
+            last_error=status.get("last_error"),
+            current_mode_id=acp.get("current_mode_id") or rt.live.current_mode_id,
+        )
+        self._publish_status(rt, time.monotonic())
+
+    def _on_connected(self, rt: Runtime, up: bool) -> None:
+        if up:
+            rt.connected.set()
+        else:
+            rt.connected.clear()
+        self._publish_status(rt, time.monotonic())
+
+    def _on_entry(self, rt: Runtime, entry: Manifest) -> None:
+        now = time.monotonic()
+        kind = str(entry.get("kind", ""))
+        notification = entry.get("notification") or {}
+        update = notification.get("update") or {}
+        live = rt.live
+        if kind == "session_update":
+            what = update.get("sessionUpdate")
+            if what == "user_message_chunk":
+                live = LiveState(live.agent_state or "running", True, live.last_error, live.current_mode_id)
+            elif what == "current_mode_update":
+                mode = update.get("currentModeId") or update.get("modeId")
+                live = LiveState(live.agent_state, live.turn_running, live.last_error, mode)
+        elif kind == "turn_end":
+            live = LiveState(live.agent_state, False, live.last_error, live.current_mode_id)
+        elif kind == "agent_error":
+            live = LiveState(
+                "error", False, str(notification.get("message") or notification), live.current_mode_id
+            )
+        event = AgentUpdate(
+            rt.id, int(entry["seq"]), str(entry.get("timestamp", "")), kind, notification, now
+        )
+        # A turn's first update is preceded by its status change, and its last one by nothing after it.
+        if live.turn_running and not rt.live.turn_running:
+            rt.live = live
+            self._publish_status(rt, now)
+            self.broadcast(rt.key[0], event, updates_of=rt.id)
+            return
+        self.broadcast(rt.key[0], event, updates_of=rt.id)
+        rt.live = live
+        self._publish_status(rt, now)
+
+    # --- requests ---
+
+    def runtime(self, key: Key) -> Runtime:
+        self.session(key)
+        return self.runtimes.setdefault(key, Runtime(key))
+
+    def ready_client(self, key: Key) -> AgentctlClient:
+        obj = self.session(key)
+        rt = self.runtime(key)
+        if not condition_true(obj, "AgentctlReady") or rt.client is None:
+            raise RequestError(
+                ErrorCode.AGENTCTL_NOT_READY,
+                f"agentctl of {agent_id(*key)} is not ready yet; wait for its readiness notification",
+                agentId=agent_id(*key),
+            )
+        return rt.client
+
+    async def start_and_wait(self, key: Key) -> None:
+        """Resumes a suspended session and waits until it can serve; concurrent callers share one wait."""
+        task = self._inits.get(key)
+        if task is None or task.done():
+            task = asyncio.create_task(self._start_and_wait(key))
+            self._inits[key] = task
+            task.add_done_callback(
+                lambda t: self._inits.pop(key, None) if self._inits.get(key) is t else None
+            )
+        await asyncio.shield(task)
+
+    async def _start_and_wait(self, key: Key) -> None:
+        obj = self.session(key)
+        if obj["metadata"].get("deletionTimestamp"):
+            raise RequestError(ErrorCode.CONFLICT, f"{agent_id(*key)} is being deleted")
+        if is_suspended(obj):
+            try:
+                await self.kube.patch_session_spec(key[0], key[1], {"suspend": False})
+            except KubeError as exc:
+                raise RequestError(
+                    ErrorCode.UPSTREAM_ERROR, f"cannot resume {agent_id(*key)}: {exc}"
+                ) from exc
+
+        def ready(current: Manifest | None) -> bool:
+            if current is None:
+                return True
+            return (
+                not is_suspended(current)
+                and condition_true(current, "AgentctlReady")
+                and condition_true(current, "AgentInitialized")
+            ) or (current.get("status") or {}).get("phase") == "Failed"
+
+        try:
+            current = await self.cache.wait_for(key, ready, self.init_timeout)
+        except TimeoutError:
+            obj = self.cache.get(key) or {}
+            reason = next(
+                (
+                    c.get("message")
+                    for c in (obj.get("status") or {}).get("conditions", [])
+                    if c.get("type") == "Ready"
+                ),
+                "no status yet",
+            )
+            raise RequestError(
+                ErrorCode.TIMEOUT,
+                f"{agent_id(*key)} did not become ready within {self.init_timeout:.0f}s: {reason}",
+            ) from None
+        if current is None:
+            raise RequestError(ErrorCode.NOT_FOUND, f"{agent_id(*key)} was deleted while starting")
+        if (current.get("status") or {}).get("phase") == "Failed":
+            ready_condition = next(c for c in current["status"]["conditions"] if c["type"] == "Ready")
+            raise RequestError(
+                ErrorCode.CONFLICT, f"{agent_id(*key)} failed: {ready_condition.get('message')}"
+            )
+        rt = self.runtime(key)
+        await self._converge_upstream(rt)
+        try:
+            async with asyncio.timeout(self.init_timeout):
+                await rt.connected.wait()
+        except TimeoutError:
+            raise RequestError(
+                ErrorCode.UPSTREAM_ERROR, f"cannot open the update stream of {agent_id(*key)}"
+            ) from None
+
+    # --- shell ---
+
+    async def shell_subscribe(self, key: Key, sub: Subscriber) -> str:
+        client = self.ready_client(key)
+        rt = self.runtime(key)
+        if rt.shell is None:
+            shell = ShellStream(client, lambda frame: self._on_shell(rt, frame))
+            rt.shell = shell
+            try:
+                await shell.start()
+            except TimeoutError:
+                await shell.stop()
+                rt.shell = None
+                raise RequestError(ErrorCode.UPSTREAM_ERROR, "agentctl's shell stream did not open") from None
+        rt.shell_subscribers.add(sub)
+        buffer = await client.shell_buffer()
+        return str(buffer.get("buffer", ""))
+
+    async def shell_unsubscribe(self, key: Key, sub: Subscriber) -> None:
+        rt = self.runtimes.get(key)
+        if rt is None:
+            return
+        rt.shell_subscribers.discard(sub)
+        if not rt.shell_subscribers and rt.shell is not None:
+            shell, rt.shell = rt.shell, None
+            await shell.stop()
+
+    async def shell_input(self, key: Key, data: str) -> None:
+        self.ready_client(key)
+        rt = self.runtime(key)
+        if rt.shell is None:
+            raise RequestError(ErrorCode.CONFLICT, "subscribe to the shell before sending input")
+        await rt.shell.send_input(data)
+
+    def _on_shell(self, rt: Runtime, frame: Manifest) -> None:
+        event = ShellOutput(
+            rt.id, str(frame.get("type")), str(frame.get("data") or ""), frame.get("code"), time.monotonic()
+        )
+        for sub in list(rt.shell_subscribers):
+            sub.deliver(event)
+
+    def forget(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+        for rt in self.runtimes.values():
+            if sub in rt.shell_subscribers:
+                self._spawn(self.shell_unsubscribe(rt.key, sub))
+
+
+async def close_quietly(obj: Any) -> None:
+    with contextlib.suppress(Exception):
+        await obj.close()
+
+
+def metrics_touch() -> None:
+    metrics.UPSTREAM_STREAMS.labels("updates")
+    metrics.UPSTREAM_STREAMS.labels("shell")

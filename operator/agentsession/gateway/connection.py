@@ -1,0 +1,182 @@
+"""One client WebSocket: a bounded outbound queue drained by a writer task, and what the client may see.
+
+A client that stops reading fills its queue; it is then told `slow_consumer` and disconnected, so it never
+stalls the fan-out to others nor grows the gateway's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSCloseCode, web
+
+from agentsession.gateway import metrics
+from agentsession.gateway.auth import Authenticator, Identity
+from agentsession.gateway.codec import Codec, Frame
+from agentsession.gateway.events import AgentUpdate, ErrorCode, Event, Failure
+
+log = logging.getLogger(__name__)
+
+CLOSE_SLOW_CONSUMER = 4008
+
+
+@dataclass
+class _Pending:
+    """Updates held back while the client's history is being fetched."""
+
+    buffer: list[AgentUpdate] = field(default_factory=list)
+
+
+class Connection:
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        codec: Codec,
+        identity: Identity,
+        authenticator: Authenticator | None,
+        *,
+        queue_size: int = 1024,
+        send_timeout: float = 10.0,
+    ) -> None:
+        self.ws = ws
+        self.codec = codec
+        self.identity = identity
+        self._auth = authenticator
+        self._queue: asyncio.Queue[tuple[str, str, float] | None] = asyncio.Queue(queue_size)
+        self._send_timeout = send_timeout
+        self._namespaces: dict[str, bool] = {}
+        self._pending: dict[str, _Pending] = {}
+        self.live: set[str] = set()  # agents whose updates this client receives
+        self.closed = False
+        self.dropped_slow = False
+        self._writer: asyncio.Task[None] | None = None
+
+    # --- authorization ---
+
+    def may_see(self, namespace: str) -> bool | None:
+        if self.identity.anonymous_dev:
+            return True
+        return self._namespaces.get(namespace)
+
+    async def authorize_namespace(self, namespace: str) -> bool:
+        known = self.may_see(namespace)
+        if known is not None:
+            return known
+        allowed = self._auth is not None and await self._auth.allowed(self.identity, namespace, "get")
+        self._namespaces[namespace] = allowed
+        return allowed
+
+    async def may_update(self, namespace: str) -> bool:
+        if self.identity.anonymous_dev:
+            return True
+        return self._auth is not None and await self._auth.allowed(self.identity, namespace, "update")
+
+    # --- subscriptions ---
+
+    def wants_updates(self, agent_id: str) -> bool:
+        return agent_id in self.live or agent_id in self._pending
+
+    def hold_updates(self, agent_id: str) -> None:
+        if agent_id not in self.live:
+            self._pending.setdefault(agent_id, _Pending())
+
+    def release_updates(self, agent_id: str, after_seq: int, first: list[Event] | None = None) -> None:
+        """Go live: `first`, then held updates newer than the history the client just got, then all new ones."""
+        pending = self._pending.pop(agent_id, None)
+        self.live.add(agent_id)
+        held = [u for u in (pending.buffer if pending else []) if u.seq > after_seq]
+        announced = {u.notification.get("pending_id") for u in held if u.kind == "permission_request"}
+        for event in first or []:
+            if isinstance(event, AgentUpdate) and event.notification.get("pending_id") in announced:
+                continue
+            self.deliver(event)
+        for update in held:
+            self.deliver(update)
+
+    def drop_updates(self, agent_id: str) -> None:
+        self._pending.pop(agent_id, None)
+        self.live.discard(agent_id)
+
+    # --- sending ---
+
+    def start(self) -> None:
+        self._writer = asyncio.create_task(self._write_loop())
+
+    def deliver(self, event: Event) -> None:
+        if self.closed:
+            return
+        if isinstance(event, AgentUpdate) and event.agent_id in self._pending:
+            self._pending[event.agent_id].buffer.append(event)
+            return
+        if self.codec.needs_subscription(event) and event.agent_id not in self.live:  # type: ignore[union-attr]
+            return
+        frame = self.codec.encode(event)
+        if frame is None:
+            return
+        self.send_frame(frame, getattr(event, "observed_at", 0.0), type(event).__name__)
+
+    def send_frame(self, frame: Frame, observed_at: float = 0.0, label: str = "reply") -> None:
+        if self.closed:
+            return
+        try:
+            self._queue.put_nowait((json.dumps(frame, separators=(",", ":")), label, observed_at))
+        except asyncio.QueueFull:
+            self._drop_slow()
+
+    def _drop_slow(self) -> None:
+        if self.dropped_slow:
+            return
+        self.dropped_slow = True
+        metrics.SLOW_CONSUMERS.inc()
+        log.warning("dropping a slow client", extra={"user": self.identity.username})
+        failure = Failure(
+            ErrorCode.SLOW_CONSUMER,
+            f"this client read too slowly: more than {self._queue.maxsize} messages were waiting; reconnect",
+        )
+        frame = self.codec.encode(failure)
+        asyncio.get_running_loop().create_task(self._close_slow(frame))
+
+    async def _close_slow(self, frame: Frame | None) -> None:
+        self.closed = True
+        if self._writer:
+            self._writer.cancel()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(2.0):
+                if frame is not None:
+                    await self.ws.send_str(json.dumps(frame))
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(2.0):
+                await self.ws.close(code=CLOSE_SLOW_CONSUMER, message=b"slow consumer")
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is None:
+                    return
+                text, label, observed_at = item
+                async with asyncio.timeout(self._send_timeout):
+                    await self.ws.send_str(text)
+                metrics.MESSAGES.labels("out", label).inc()
+                if observed_at:
+                    metrics.DELIVERY_SECONDS.labels(label).observe(time.monotonic() - observed_at)
+        except (ConnectionError, RuntimeError, TimeoutError):
+            self.closed = True
+            with contextlib.suppress(Exception):
+                await self.ws.close(code=WSCloseCode.GOING_AWAY)
+
+    async def close(self) -> None:
+        self.closed = True
+        if self._writer:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._writer
+
+    def describe(self) -> dict[str, Any]:
+        return {"user": self.identity.username, "dialect": self.codec.name}

@@ -1,0 +1,26 @@
+"""`agentsession-gateway`: serve the WebSocket gateway."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from agentsession.gateway import logs
+from agentsession.gateway.config import parse_args
+from agentsession.gateway.server import build_app, close_all
+
+log = logging.getLogger(__name__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_args(argv)
+    logs.setup(config.log_format, config.log_level)
+    app = build_app(config)
+    app.on_shutdown.append(close_all)
+    log.info("gateway listening on %s:%d", config.host, config.port)
+    web.run_app(app, host=config.host, port=config.port, print=None, access_log=None, shutdown_timeout=5)
+
+
+if __name__ == "__main__":
+    main()

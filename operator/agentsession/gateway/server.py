@@ -1,0 +1,219 @@
+"""The aiohttp application: `/ws` (both dialects), `/healthz`, `/readyz`, `/metrics`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import WSMsgType, web
+
+from agentsession.gateway import metrics
+from agentsession.gateway.agents import AgentRegistry
+from agentsession.gateway.auth import (
+    DEV_IDENTITY,
+    SUBPROTOCOL_PREFIX,
+    Authenticator,
+    AuthError,
+    extract_token,
+)
+from agentsession.gateway.codec import Codec
+from agentsession.gateway.config import GatewayConfig
+from agentsession.gateway.connection import Connection
+from agentsession.gateway.events import ErrorCode, Failure
+from agentsession.gateway.kube import KubeClient
+from agentsession.gateway.lifecycle_dialect import LifecycleCodec
+from agentsession.gateway.service import Service
+from agentsession.gateway.task_dialect import TaskCodec
+from agentsession.gateway.watch_cache import SessionCache
+
+log = logging.getLogger(__name__)
+
+DIALECTS: dict[str, type[LifecycleCodec] | type[TaskCodec]] = {
+    LifecycleCodec.name: LifecycleCodec,
+    TaskCodec.name: TaskCodec,
+}
+MAX_CLIENT_FRAME = 1024 * 1024
+DEV_MODE_WARNING = (
+    "INSECURE DEV MODE: authentication and authorization are OFF; every client can see and control every "
+    "AgentSession. Never run this way where anyone else can connect."
+)
+
+CONFIG = web.AppKey("config", GatewayConfig)
+REGISTRY = web.AppKey("registry", AgentRegistry)
+SERVICE = web.AppKey("service", Service)
+CACHE = web.AppKey("cache", SessionCache)
+AUTH = web.AppKey("auth", Authenticator)
+
+
+def choose_dialect(request: web.Request) -> str:
+    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+    return next((p for p in offered if p in DIALECTS), LifecycleCodec.name)
+
+
+def _json_error(status: int, code: str, message: str) -> web.Response:
+    resp = web.json_response({"error": code, "message": message}, status=status)
+    if status == 401:
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="agentsession-gateway"'
+    return resp
+
+
+async def ws_handler(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    config = app[CONFIG]
+    registry = app[REGISTRY]
+    if not app[CACHE].synced:
+        return _json_error(503, "not_ready", "the gateway is still loading AgentSessions; retry shortly")
+    token, _ = extract_token(request)
+    if config.insecure_dev_mode:
+        identity = DEV_IDENTITY
+    else:
+        try:
+            identity = await app[AUTH].authenticate(token)
+        except AuthError as exc:
+            return _json_error(exc.status, exc.code, exc.message)
+    dialect = choose_dialect(request)
+    offered = request.headers.get("Sec-WebSocket-Protocol", "")
+    ws = web.WebSocketResponse(
+        protocols=(dialect,) if dialect in offered else (), heartbeat=30.0, max_msg_size=MAX_CLIENT_FRAME
+    )
+    if not ws.can_prepare(request).ok:
+        return _json_error(426, "upgrade_required", "/ws is a WebSocket endpoint")
+    await ws.prepare(request)
+    codec: Codec = DIALECTS[dialect]()
+    conn = Connection(
+        ws, codec, identity, None if config.insecure_dev_mode else app[AUTH], queue_size=config.queue_size
+    )
+    metrics.CONNECTIONS.labels(dialect).inc()
+    conn.start()
+    try:
+        namespaces = {o["metadata"]["namespace"] for o in registry.cache.items()}
+        allowed = {ns for ns in namespaces if await conn.authorize_namespace(ns)}
+        # Registered before the snapshot is taken, so no change falls between the snapshot and the stream.
+        registry.subscribers.add(conn)
+        hello = codec.hello(registry.infos(lambda ns: ns in allowed))
+        if hello is not None:
+            conn.send_frame(hello, label="hello")
+        await _serve(conn, app[SERVICE])
+    finally:
+        registry.forget(conn)
+        await conn.close()
+        metrics.CONNECTIONS.labels(dialect).dec()
+    return ws
+
+
+async def _serve(conn: Connection, service: Service) -> None:
+    tasks: set[asyncio.Task[None]] = set()
+    try:
+        async for msg in conn.ws:
+            if conn.closed:
+                break
+            if msg.type == WSMsgType.TEXT:
+                decoded = conn.codec.decode(msg.data)
+                if isinstance(decoded, Failure):
+                    metrics.MESSAGES.labels("in", "malformed").inc()
+                    conn.deliver(decoded)
+                    continue
+                # Requests run concurrently: a slow initialize must not hold up a ping or a prompt.
+                task = asyncio.create_task(service.handle(conn, decoded))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            elif msg.type == WSMsgType.BINARY:
+                conn.deliver(Failure(ErrorCode.BAD_REQUEST, "binary frames are not accepted; send JSON text"))
+            elif msg.type == WSMsgType.ERROR:
+                break
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    cache = request.app[CACHE]
+    if cache.synced:
+        return web.json_response({"status": "ok", "sessions": len(cache.items())})
+    return web.json_response({"status": "syncing"}, status=503)
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    return web.Response(
+        body=metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+    )
+
+
+async def _dev_mode_nagger(interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        log.warning(DEV_MODE_WARNING)
+
+
+def build_app(config: GatewayConfig, kube: KubeClient | None = None) -> web.Application:
+    app = web.Application()
+    app[CONFIG] = config
+    app.router.add_get("/ws", ws_handler)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        client = kube or KubeClient.from_kubeconfig(config.kubeconfig)
+        http = aiohttp.ClientSession()
+        cache = SessionCache(
+            client,
+            config.namespaces,
+            inactivity_timeout=config.watch_inactivity_timeout,
+            server_timeout=config.watch_server_timeout,
+        )
+        registry = AgentRegistry(
+            cache,
+            client,
+            http,
+            agentctl_host_override=config.agentctl_host_override,
+            agentctl_port_override=config.agentctl_port_override,
+            init_timeout=config.init_timeout,
+        )
+        app[CACHE] = cache
+        app[REGISTRY] = registry
+        app[SERVICE] = Service(registry)
+        app[AUTH] = Authenticator(
+            client,
+            audiences=config.token_audiences,
+            ttl=config.auth_cache_ttl,
+            max_entries=config.auth_cache_size,
+        )
+        nagger = None
+        if config.insecure_dev_mode:
+            log.warning(DEV_MODE_WARNING)
+            nagger = asyncio.create_task(_dev_mode_nagger(config.dev_warning_interval))
+        cache.start()
+        yield
+        if nagger:
+            nagger.cancel()
+        await cache.stop()
+        await registry.close()
+        await http.close()
+        await client.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+def subprotocol_token_entry(token: str) -> str:
+    return SUBPROTOCOL_PREFIX + token
+
+
+async def close_all(app: web.Application) -> None:
+    with contextlib.suppress(KeyError):
+        for sub in list(app[REGISTRY].subscribers):
+            if isinstance(sub, Connection):
+                await sub.ws.close()
+
+
+def describe(app: web.Application) -> dict[str, Any]:
+    return {"sessions": len(app[CACHE].items()), "clients": len(app[REGISTRY].subscribers)}

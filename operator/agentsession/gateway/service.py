@@ -1,0 +1,158 @@
+"""Executes one decoded client command for one connection; dialect-free."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from agentsession.gateway import commands as c
+from agentsession.gateway import metrics
+from agentsession.gateway.agents import AgentRegistry, split_id
+from agentsession.gateway.commands import Command
+from agentsession.gateway.connection import Connection
+from agentsession.gateway.events import AgentctlReady, AgentUpdate, ErrorCode, Failure, Reply, RequestError
+from agentsession.gateway.status import condition_true
+from agentsession.gateway.watch_cache import Key
+
+log = logging.getLogger(__name__)
+
+# Commands that change or drive the agent need `update` on agentsessions; the others need `get`.
+_MUTATING = {
+    c.INITIALIZE,
+    c.PROMPT,
+    c.SET_MODE,
+    c.CANCEL,
+    c.PERMISSION_RESPONSE,
+    c.SHELL_SUBSCRIBE,
+    c.SHELL_INPUT,
+}
+
+
+class Service:
+    def __init__(self, registry: AgentRegistry) -> None:
+        self.registry = registry
+
+    async def handle(self, conn: Connection, cmd: Command) -> None:
+        metrics.MESSAGES.labels("in", cmd.action).inc()
+        try:
+            payload = await self._run(conn, cmd)
+        except RequestError as exc:
+            details = dict(exc.details)
+            if cmd.agent_id and "agentId" not in details:
+                details["agentId"] = cmd.agent_id
+            conn.deliver(Failure(exc.code, exc.message, cmd.action, cmd.request_id, cmd.envelope_id, details))
+            return
+        except Exception:
+            log.exception("request %s failed", cmd.action)
+            conn.deliver(
+                Failure(ErrorCode.INTERNAL_ERROR, "the gateway failed to handle this request; see its log",
+                        cmd.action, cmd.request_id, cmd.envelope_id)
+            )  # fmt: skip
+            return
+        after = payload.pop("_after", None)
+        follow = payload.pop("_follow", [])
+        conn.deliver(Reply(cmd.action, payload, cmd.request_id, cmd.envelope_id))
+        if cmd.agent_id and after is not None:
+            conn.release_updates(cmd.agent_id, after, follow)
+        elif follow:
+            for event in follow:
+                conn.deliver(event)
+
+    async def _key(self, conn: Connection, cmd: Command) -> Key:
+        if cmd.agent_id is None:
+            raise RequestError(ErrorCode.VALIDATION_ERROR, "this request needs an agent id")
+        key = split_id(cmd.agent_id)
+        # Not found and not allowed look the same, so a client cannot probe other namespaces.
+        if not await conn.authorize_namespace(key[0]) or self.registry.cache.get(key) is None:
+            raise RequestError(ErrorCode.NOT_FOUND, f"no AgentSession {cmd.agent_id} visible to you")
+        if cmd.action in _MUTATING and not await conn.may_update(key[0]):
+            raise RequestError(
+                ErrorCode.FORBIDDEN,
+                f"you may not update agentsessions in namespace {key[0]} (RBAC verb 'update' is needed)",
+            )
+        return key
+
+    async def _run(self, conn: Connection, cmd: Command) -> dict[str, Any]:
+        reg = self.registry
+        if cmd.action == c.PING:
+            return {}
+        if cmd.action == c.LIST:
+            namespaces = {o["metadata"]["namespace"] for o in reg.cache.items()}
+            allowed = {ns for ns in namespaces if await conn.authorize_namespace(ns)}
+            return {"agents": reg.infos(lambda ns: ns in allowed)}
+        key = await self._key(conn, cmd)
+        agent = cmd.agent_id or ""
+        if cmd.action == c.INITIALIZE:
+            return await self._initialize(conn, key, agent)
+        if cmd.action == c.SUBSCRIBE:
+            obj = reg.session(key)
+            info = reg.info(key)
+            ready = condition_true(obj, "AgentctlReady")
+            reply: dict[str, Any] = {"success": True, "task_id": agent, "status": info["status"] if info else None,
+                                     "agentctl_ready": ready, "_after": 1 << 62}  # fmt: skip
+            if ready:
+                # Subscribed after readiness: say so at once rather than leave the client waiting for it.
+                reply["_follow"] = [AgentctlReady(agent, (obj.get("status") or {}).get("podUID"))]
+            return reply
+        if cmd.action == "unsubscribe":
+            conn.drop_updates(agent)
+            return {"success": True, "task_id": agent}
+        if cmd.action == c.PROMPT:
+            result = await reg.ready_client(key).prompt(cmd.args["text"])
+            return {"agentId": agent, "accepted": True, "sessionId": result.get("sessionId")}
+        if cmd.action == c.SET_MODE:
+            result = await reg.ready_client(key).set_mode(cmd.args["modeId"])
+            return {"agentId": agent, "currentModeId": result.get("current_mode_id")}
+        if cmd.action == c.CANCEL:
+            result = await reg.ready_client(key).cancel()
+            return {"agentId": agent, "turnRunning": result.get("turn_running")}
+        if cmd.action == c.PERMISSION_RESPONSE:
+            result = await reg.ready_client(key).respond_permission(
+                cmd.args["permissionId"], cmd.args.get("optionId"), cmd.args.get("cancelled", False)
+            )
+            return {
+                "agentId": agent,
+                "permissionId": cmd.args["permissionId"],
+                "outcome": result.get("outcome"),
+            }
+        if cmd.action == c.SHELL_STATUS:
+            obj = reg.session(key)
+            ready = condition_true(obj, "AgentctlReady")
+            shell = await reg.ready_client(key).shell_status() if ready else {}
+            return {"task_id": agent, "agentctl_ready": ready, "running": bool(shell.get("running")),
+                    "cwd": shell.get("cwd"), "exit_code": shell.get("exit_code")}  # fmt: skip
+        if cmd.action == c.SHELL_SUBSCRIBE:
+            buffer = await reg.shell_subscribe(key, conn)
+            return {"success": True, "task_id": agent, "buffer": buffer}
+        if cmd.action == c.SHELL_UNSUBSCRIBE:
+            await reg.shell_unsubscribe(key, conn)
+            return {"success": True, "task_id": agent}
+        if cmd.action == c.SHELL_INPUT:
+            await reg.shell_input(key, cmd.args["data"])
+            return {"success": True, "task_id": agent}
+        raise RequestError(ErrorCode.UNKNOWN_ACTION, f"unsupported request {cmd.action!r}")
+
+    async def _initialize(self, conn: Connection, key: Key, agent: str) -> dict[str, Any]:
+        reg = self.registry
+        try:
+            await reg.start_and_wait(key)
+            conn.hold_updates(agent)
+            client = reg.ready_client(key)
+            history = await client.history(0)
+            pending = await client.permissions()
+        except RequestError:
+            conn.drop_updates(agent)
+            metrics.INITIALIZATIONS.labels("failed").inc()
+            raise
+        metrics.INITIALIZATIONS.labels("ok").inc()
+        info = reg.info(key)
+        return {
+            "agentId": agent,
+            "info": info,
+            "updates": history.get("updates", []),
+            "_after": int(history.get("last_seq") or 0),
+            # Requests still waiting for an answer are announced again, so a late client can answer them.
+            "_follow": [
+                AgentUpdate(agent, 0, str(p.get("created_at", "")), "permission_request", p) for p in pending
+            ],
+        }

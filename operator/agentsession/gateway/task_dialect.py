@@ -1,0 +1,178 @@
+"""The `task-session.v1` dialect: a request/response/notification envelope with action names.
+
+Envelope: `{"id", "type": "request|response|notification|error", "action", "payload", "timestamp"}`; errors carry
+`{"code", "message", "details"}`. A task is an AgentSession; `task_id` is `namespace/name`, and
+`task_session_id` is the UID of the pod that currently runs it (one execution of the task).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from agentsession.gateway import commands as c
+from agentsession.gateway.codec import Frame, parse_object, string_field
+from agentsession.gateway.commands import Command
+from agentsession.gateway.events import (
+    AgentctlReady,
+    AgentRemoved,
+    AgentStatusChanged,
+    AgentUpdate,
+    ErrorCode,
+    Event,
+    Failure,
+    Reply,
+    ShellOutput,
+)
+
+SUBPROTOCOL = "task-session.v1"
+
+# action → (command, required string fields, optional string fields)
+_ACTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "task.list": (c.LIST, (), ()),
+    "task.subscribe": (c.SUBSCRIBE, ("task_id",), ()),
+    "task.unsubscribe": ("unsubscribe", ("task_id",), ()),
+    "task.start": (c.INITIALIZE, ("task_id",), ()),
+    "session.prompt": (c.PROMPT, ("task_id", "text"), ()),
+    "session.set_mode": (c.SET_MODE, ("task_id", "mode_id"), ()),
+    "session.cancel": (c.CANCEL, ("task_id",), ()),
+    "permission.respond": (c.PERMISSION_RESPONSE, ("task_id", "pending_id"), ("option_id",)),
+    "shell.status": (c.SHELL_STATUS, ("task_id",), ()),
+    "shell.subscribe": (c.SHELL_SUBSCRIBE, ("task_id",), ()),
+    "shell.unsubscribe": (c.SHELL_UNSUBSCRIBE, ("task_id",), ()),
+    "shell.input": (c.SHELL_INPUT, ("task_id", "data"), ()),
+    "ping": (c.PING, (), ()),
+}
+_WIRE_ACTIONS = {command: action for action, (command, _, _) in _ACTIONS.items()}
+# Field names of the core commands, spelled the way this dialect spells them.
+_ARG_NAMES = {
+    "text": "text",
+    "mode_id": "modeId",
+    "pending_id": "permissionId",
+    "option_id": "optionId",
+    "data": "data",
+}
+_CODES = {ErrorCode.INVALID_JSON: "BAD_REQUEST"}
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def envelope(kind: str, action: str, payload: dict[str, Any], msg_id: str | None = None) -> Frame:
+    return {
+        "id": msg_id or uuid.uuid4().hex,
+        "type": kind,
+        "action": action,
+        "payload": payload,
+        "timestamp": now(),
+    }
+
+
+class TaskCodec:
+    name = SUBPROTOCOL
+
+    def decode(self, text: str) -> Command | Failure:
+        data = parse_object(text)
+        if isinstance(data, Failure):
+            return data
+        msg_id = data.get("id")
+        if msg_id is not None and not isinstance(msg_id, str | int):
+            return Failure(ErrorCode.VALIDATION_ERROR, "id must be a string or a number")
+        mid = None if msg_id is None else str(msg_id)
+        action = data.get("action")
+        if not isinstance(action, str):
+            return Failure(ErrorCode.BAD_REQUEST, 'messages need a string "action"', envelope_id=mid)
+        if data.get("type", "request") != "request":
+            return Failure(
+                ErrorCode.BAD_REQUEST, 'clients send messages of type "request"', action, envelope_id=mid
+            )
+        spec = _ACTIONS.get(action)
+        if spec is None:
+            known = ", ".join(sorted(_ACTIONS))
+            return Failure(
+                ErrorCode.UNKNOWN_ACTION,
+                f"unknown action {action!r}; known: {known}",
+                action,
+                envelope_id=mid,
+            )
+        payload = data.get("payload", {})
+        if not isinstance(payload, dict):
+            return Failure(
+                ErrorCode.VALIDATION_ERROR, "payload must be a JSON object", action, envelope_id=mid
+            )
+        command, required, optional = spec
+        args: dict[str, Any] = {}
+        try:
+            for name in required:
+                args[name] = string_field(payload, name)
+            for name in optional:
+                args[name] = string_field(payload, name, required=False)
+            if command == c.PERMISSION_RESPONSE:
+                cancelled = payload.get("cancelled", False)
+                if not isinstance(cancelled, bool):
+                    raise ValueError("field 'cancelled' must be a boolean")
+                if (args["option_id"] is None) == (not cancelled):
+                    raise ValueError("give exactly one of 'option_id' or 'cancelled: true'")
+                args["cancelled"] = cancelled
+        except ValueError as exc:
+            return Failure(ErrorCode.VALIDATION_ERROR, str(exc), action, envelope_id=mid)
+        task_id = args.pop("task_id", None)
+        return Command(command, task_id, {_ARG_NAMES.get(k, k): v for k, v in args.items()}, envelope_id=mid)
+
+    def encode(self, event: Event) -> Frame | None:
+        if isinstance(event, AgentctlReady):
+            return envelope(
+                "notification",
+                "task.session.agentctl_ready",
+                {"task_id": event.agent_id, "task_session_id": event.task_session_id},
+            )
+        if isinstance(event, ShellOutput):
+            return envelope(
+                "notification",
+                "shell.output",
+                {"task_id": event.agent_id, "type": event.type, "data": event.data, "code": event.code},
+            )
+        if isinstance(event, AgentStatusChanged):
+            return envelope(
+                "notification",
+                "task.status",
+                {"task_id": event.agent_id, "status": event.info["status"], "info": event.info},
+            )
+        if isinstance(event, AgentRemoved):
+            return envelope("notification", "task.deleted", {"task_id": event.agent_id})
+        if isinstance(event, AgentUpdate):
+            return envelope(
+                "notification",
+                "session.update",
+                {
+                    "task_id": event.agent_id,
+                    "seq": event.seq,
+                    "kind": event.kind,
+                    "timestamp": event.timestamp,
+                    "notification": event.notification,
+                },
+            )
+        if isinstance(event, Reply):
+            action = _WIRE_ACTIONS.get(event.action, event.action)
+            return envelope("response", action, event.payload, event.envelope_id)
+        if isinstance(event, Failure):
+            action = _WIRE_ACTIONS.get(event.action or "", event.action or "")
+            return envelope(
+                "error",
+                action,
+                {
+                    "code": _CODES.get(event.code, event.code.upper()),
+                    "message": event.message,
+                    "details": event.details,
+                },
+                event.envelope_id,
+            )
+        return None
+
+    def hello(self, agents: list[dict[str, Any]]) -> Frame | None:
+        return None
+
+    def needs_subscription(self, event: Event) -> bool:
+        return isinstance(event, AgentctlReady | AgentStatusChanged | AgentUpdate | AgentRemoved)

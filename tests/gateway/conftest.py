@@ -1,0 +1,219 @@
+"""Fixtures for the gateway against a real API server: the real operator and gateway entry points as
+subprocesses, real agentctl processes (with the demo agent) on loopback standing in for the pod's sidecar,
+and the test playing the kubelet for pods pinned to no node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes import client
+
+from tests.support.kube import Sessions
+from tests.support.processes import BIN, OperatorProcess, free_port, operator_process, stop, wait_http
+
+WAIT = 30.0
+
+
+@dataclass
+class GatewayProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def gateway_process(kubeconfig: str, log: Path, *args: str) -> Iterator[GatewayProcess]:
+    port = free_port()
+    command = [str(BIN / "agentsession-gateway"), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--kubeconfig", kubeconfig, "--log-format", "json", *args]
+    with log.open("ab") as sink:
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=dict(os.environ))
+    try:
+        wait_http(f"http://127.0.0.1:{port}/readyz", 30, proc, log)
+        yield GatewayProcess(proc, port, log)
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="module")
+def agentctl_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    kubeconfig: str, crd_installed: list[str], agentctl_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with operator_process(
+        kubeconfig,
+        log,
+        agentctl_host_override="127.0.0.1",
+        agentctl_port=str(agentctl_port),
+        start_retry_seconds="1",
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def sessions(kube_api: Any, namespace: str) -> Sessions:
+    return Sessions(kube_api, namespace)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    (path / "README.md").write_text("demo workspace\n")
+    return path
+
+
+@pytest.fixture
+def start_gateway(
+    kubeconfig: str, crd_installed: list[str], tmp_path: Path
+) -> Iterator[Callable[..., GatewayProcess]]:
+    """Starts gateways (each a real `agentsession-gateway` process); stops them after the test."""
+    started: list[Any] = []
+
+    def _start(*args: str) -> GatewayProcess:
+        cm = gateway_process(kubeconfig, tmp_path / f"gateway-{len(started)}.log", *args)
+        running = cm.__enter__()
+        started.append(cm)
+        return running
+
+    yield _start
+    for cm in reversed(started):
+        cm.__exit__(None, None, None)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        yield session
+
+
+class Client:
+    """A gateway client on aiohttp that keeps every frame it received, so tests can wait for one."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.frames: list[dict[str, Any]] = []
+        self._seen = 0
+        self._new = asyncio.Condition()
+        self._reader = asyncio.create_task(self._read())
+        self.closed_code: int | None = None
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                async with self._new:
+                    self.frames.append(json.loads(msg.data))
+                    self._new.notify_all()
+        async with self._new:
+            self.closed_code = self.ws.close_code
+            self._new.notify_all()
+
+    async def send(self, frame: dict[str, Any] | str) -> None:
+        await self.ws.send_str(frame if isinstance(frame, str) else json.dumps(frame))
+
+    async def wait_for(
+        self, what: str, match: Callable[[dict[str, Any]], bool], within: float = WAIT, *, since: int = 0
+    ) -> dict[str, Any]:
+        """The first frame from index `since` on that matches."""
+        deadline = time.monotonic() + within
+
+        def found() -> dict[str, Any] | None:
+            return next((f for f in self.frames[since:] if match(f)), None)
+
+        async with self._new:
+            while (hit := found()) is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (self.closed_code is not None and self._reader.done()):
+                    raise AssertionError(
+                        f"no frame for {what} within {within}s; got {[f.get('type') or f.get('action') for f in self.frames]}"
+                        f"{self.frames[-3:]}"
+                    )
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._new.wait(), remaining)
+            return hit
+
+    async def request(self, frame: dict[str, Any], match: Callable[[dict[str, Any]], bool], what: str,
+                      within: float = WAIT) -> dict[str, Any]:  # fmt: skip
+        mark = len(self.frames)
+        await self.send(frame)
+        return await self.wait_for(what, match, within, since=mark)
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self._reader.cancel()
+
+
+@pytest.fixture
+async def connect(http: aiohttp.ClientSession) -> AsyncIterator[Callable[..., Awaitable[Client]]]:
+    opened: list[Client] = []
+
+    async def _connect(url: str, *, protocols: tuple[str, ...] = (), token: str | None = None) -> Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        ws = await http.ws_connect(url, protocols=protocols, headers=headers)
+        c = Client(ws)
+        opened.append(c)
+        return c
+
+    yield _connect
+    for c in opened:
+        await c.close()
+
+
+def service_account_token(
+    kube_api: Any, namespace: str, name: str, verbs: list[str] | None, *, role_namespace: str | None = None
+) -> str:
+    """A real token (TokenRequest API) for a new service account; `verbs` on agentsessions via a Role in
+    `role_namespace` (default: the account's own), or no Role at all when None."""
+    core = client.CoreV1Api(kube_api)
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    if verbs is not None:
+        target = role_namespace or namespace
+        rbac.create_namespaced_role(
+            target,
+            {
+                "metadata": {"name": name},
+                "rules": [
+                    {"apiGroups": ["agentsession.dev"], "resources": ["agentsessions"], "verbs": verbs}
+                ],
+            },
+        )
+        rbac.create_namespaced_role_binding(
+            target,
+            {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            },
+        )
+    result = core.create_namespaced_service_account_token(
+        name, namespace, {"spec": {"expirationSeconds": 3600}}
+    )
+    return str(result.status.token)

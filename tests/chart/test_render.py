@@ -174,6 +174,35 @@ def test_operator_env_is_a_valid_operator_config(
     assert config.agentctl_resources.limits == {"cpu": "500m", "memory": "256Mi"}
 
 
+@pytest.mark.parametrize(
+    ("values", "sets", "namespaces", "dev_mode"),
+    [
+        (None, [], [], False),
+        (NAMESPACE_MODE, [], ["team-a", "team-b"], False),
+        (DEV, [], [], True),
+    ],
+    ids=["cluster", "namespace-mode", "dev"],
+)
+def test_gateway_command_is_a_valid_gateway_config(
+    render: Render,
+    monkeypatch: pytest.MonkeyPatch,
+    values: Path | None,
+    sets: list[str],
+    namespaces: list[str],
+    dev_mode: bool,
+) -> None:
+    """The flags the chart passes parse with the gateway's own parser: a renamed flag fails here."""
+    config_module = pytest.importorskip("agentsession.gateway.config")
+    for key in [k for k in __import__("os").environ if k.startswith("AGENTSESSION_")]:
+        monkeypatch.delenv(key)
+    container = _container(one(render(*_files(values), set=sets), "Deployment", "-gateway"), "gateway")
+    assert container["command"][0] == "agentsession-gateway"
+    config = config_module.parse_args(container["command"][1:])
+    assert config.port == container["ports"][0]["containerPort"]
+    assert config.namespaces == namespaces
+    assert config.insecure_dev_mode is dev_mode
+
+
 def test_dev_values_use_the_local_image(render: Render, monkeypatch: pytest.MonkeyPatch) -> None:
     manifests = render(DEV)
     config = _operator_config(one(manifests, "Deployment", "-operator"), monkeypatch)
@@ -230,7 +259,7 @@ def test_namespace_mode_without_gateway_auth_needs_no_cluster_objects(render: Re
     manifests = render(NAMESPACE_MODE, set=["gateway.auth.enabled=false"])
     assert [m for m in manifests if m["kind"] in CLUSTER_SCOPED] == []
     gateway = one(manifests, "Deployment", "-gateway")
-    assert "--insecure-no-auth" in _container(gateway, "gateway")["command"]
+    assert "--insecure-dev-mode" in _container(gateway, "gateway")["command"]
 
 
 def test_cluster_mode_binds_cluster_roles(render: Render) -> None:
@@ -293,7 +322,7 @@ def test_gateway_replicas_service_and_disruption_budget(render: Render) -> None:
     gateway = one(manifests, "Deployment", "-gateway")
     assert gateway["spec"]["replicas"] == 2
     container = _container(gateway, "gateway")
-    assert container["command"][:2] == ["agentsession-gateway", "--port=8000"]
+    assert container["command"][:2] == ["agentsession-gateway", "--port=8090"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     service = one(manifests, "Service", "-gateway")

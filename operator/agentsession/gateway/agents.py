@@ -310,9 +310,12 @@ class AgentRegistry:
         self.session(key)
         return self.runtimes.setdefault(key, Runtime(key))
 
-    def ready_client(self, key: Key) -> AgentctlClient:
+    async def ready_client(self, key: Key) -> AgentctlClient:
         obj = self.session(key)
         rt = self.runtime(key)
+        if condition_true(obj, "AgentctlReady") and rt.client is None:
+            # Readiness is announced as soon as the watch shows it; the client may ask before we converged.
+            await self._converge_upstream(rt)
         if not condition_true(obj, "AgentctlReady") or rt.client is None:
             raise RequestError(
                 ErrorCode.AGENTCTL_NOT_READY,
@@ -389,7 +392,7 @@ class AgentRegistry:
     # --- shell ---
 
     async def shell_subscribe(self, key: Key, sub: Subscriber) -> str:
-        client = self.ready_client(key)
+        client = await self.ready_client(key)
         rt = self.runtime(key)
         if rt.shell is None:
             shell = ShellStream(client, lambda frame: self._on_shell(rt, frame))
@@ -414,7 +417,7 @@ class AgentRegistry:
             await shell.stop()
 
     async def shell_input(self, key: Key, data: str) -> None:
-        self.ready_client(key)
+        await self.ready_client(key)
         rt = self.runtime(key)
         if rt.shell is None:
             raise RequestError(ErrorCode.CONFLICT, "subscribe to the shell before sending input")

@@ -98,16 +98,16 @@ class Service:
             conn.drop_updates(agent)
             return {"success": True, "task_id": agent}
         if cmd.action == c.PROMPT:
-            result = await reg.ready_client(key).prompt(cmd.args["text"])
+            result = await (await reg.ready_client(key)).prompt(cmd.args["text"])
             return {"agentId": agent, "accepted": True, "sessionId": result.get("sessionId")}
         if cmd.action == c.SET_MODE:
-            result = await reg.ready_client(key).set_mode(cmd.args["modeId"])
+            result = await (await reg.ready_client(key)).set_mode(cmd.args["modeId"])
             return {"agentId": agent, "currentModeId": result.get("current_mode_id")}
         if cmd.action == c.CANCEL:
-            result = await reg.ready_client(key).cancel()
+            result = await (await reg.ready_client(key)).cancel()
             return {"agentId": agent, "turnRunning": result.get("turn_running")}
         if cmd.action == c.PERMISSION_RESPONSE:
-            result = await reg.ready_client(key).respond_permission(
+            result = await (await reg.ready_client(key)).respond_permission(
                 cmd.args["permissionId"], cmd.args.get("optionId"), cmd.args.get("cancelled", False)
             )
             return {
@@ -118,7 +118,7 @@ class Service:
         if cmd.action == c.SHELL_STATUS:
             obj = reg.session(key)
             ready = condition_true(obj, "AgentctlReady")
-            shell = await reg.ready_client(key).shell_status() if ready else {}
+            shell = await (await reg.ready_client(key)).shell_status() if ready else {}
             return {"task_id": agent, "agentctl_ready": ready, "running": bool(shell.get("running")),
                     "cwd": shell.get("cwd"), "exit_code": shell.get("exit_code")}  # fmt: skip
         if cmd.action == c.SHELL_SUBSCRIBE:
@@ -137,7 +137,7 @@ class Service:
         try:
             await reg.start_and_wait(key)
             conn.hold_updates(agent)
-            client = reg.ready_client(key)
+            client = await reg.ready_client(key)
             history = await client.history(0)
             pending = await client.permissions()
         except RequestError:

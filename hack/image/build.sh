@@ -60,13 +60,15 @@ else
     tarball="$IMAGES_CACHE/base-$key.tar"
     if [ ! -f "$tarball" ]; then
       log "building base $base with mmdebstrap from $DEBIAN_MIRROR"
+      # The merged-usr hook lays out /usr itself; otherwise the usrmerge package comes in, and perl with it.
       mmdebstrap --quiet --variant=essential --include=python3 \
+        --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/info/*' \
-        "$DEBIAN_SUITE" "$tarball.tmp" "$DEBIAN_MIRROR" \
+        "$DEBIAN_SUITE" "${tarball%.tar}.partial.tar" "$DEBIAN_MIRROR" \
         || die "mmdebstrap failed; check access to $DEBIAN_MIRROR (set DEBIAN_MIRROR to another mirror)"
-      mv "$tarball.tmp" "$tarball"
+      mv "${tarball%.tar}.partial.tar" "$tarball"
     fi
     ctr_id="$(buildah from scratch)"
     buildah add --quiet "$ctr_id" "$tarball" / >/dev/null

@@ -75,6 +75,22 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
             identity = await app[AUTH].authenticate(token)
         except AuthError as exc:
             return _json_error(exc.status, exc.code, exc.message)
+    auth = None if config.insecure_dev_mode else app[AUTH]
+    namespaces = {o["metadata"]["namespace"] for o in registry.cache.items()} | set(config.namespaces)
+    allowed = set()
+    for ns in namespaces:
+        if auth is None or await auth.allowed(identity, ns, "get"):
+            allowed.add(ns)
+    if not allowed and auth is not None and not config.namespaces:
+        # A cluster-wide reader may see sessions in namespaces that have none yet.
+        if await auth.allowed(identity, "", "get"):
+            allowed.add("")
+    if not allowed:
+        return _json_error(
+            403,
+            "forbidden",
+            f"{identity.username} may not get agentsessions in any namespace this gateway serves",
+        )
     dialect = choose_dialect(request)
     offered = request.headers.get("Sec-WebSocket-Protocol", "")
     ws = web.WebSocketResponse(
@@ -90,7 +106,6 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
     metrics.CONNECTIONS.labels(dialect).inc()
     conn.start()
     try:
-        namespaces = {o["metadata"]["namespace"] for o in registry.cache.items()}
         allowed = {ns for ns in namespaces if await conn.authorize_namespace(ns)}
         # Registered before the snapshot is taken, so no change falls between the snapshot and the stream.
         registry.subscribers.add(conn)

@@ -8,33 +8,31 @@ import websockets
 
 from tests.component.conftest import Agentctl, frames_until, wait_until
 
+AUTH_CASES = [
+    ({}, "missing"),
+    ({"Authorization": "Bearer wrong-token"}, "invalid bearer token"),
+    ({"Authorization": "Basic dXNlcjpwYXNz"}, "Bearer scheme"),
+    ({"Authorization": "Bearer"}, "Bearer scheme"),
+]
 
-@pytest.mark.parametrize(
-    ("headers", "needle"),
-    [
-        ({}, "missing"),
-        ({"Authorization": "Bearer wrong-token"}, "invalid bearer token"),
-        ({"Authorization": "Basic dXNlcjpwYXNz"}, "Bearer scheme"),
-        ({"Authorization": "Bearer"}, "Bearer scheme"),
-    ],
-)
-async def test_auth_is_required(
-    agentctl: Agentctl, http: aiohttp.ClientSession, headers: dict[str, str], needle: str
-) -> None:
-    for method, path in [("GET", "/api/v1/status"), ("POST", "/api/v1/start"), ("GET", "/metrics")]:
-        async with http.request(method, agentctl.base + path, headers=headers) as resp:
-            assert resp.status == 401, path
-            body = await resp.json()
-        assert body["success"] is False
-        assert body["error"] == "unauthorized"
-        assert needle in body["message"]
-    with pytest.raises(websockets.InvalidStatus) as info:
-        await websockets.connect(
-            f"ws://127.0.0.1:{agentctl.port}/api/v1/acp/stream", additional_headers=headers
-        )
-    assert info.value.response.status_code == 401
+
+async def test_auth_is_required(agentctl: Agentctl, http: aiohttp.ClientSession) -> None:
+    for headers, needle in AUTH_CASES:
+        for method, path in [("GET", "/api/v1/status"), ("POST", "/api/v1/start"), ("GET", "/metrics")]:
+            async with http.request(method, agentctl.base + path, headers=headers) as resp:
+                assert resp.status == 401, (path, headers)
+                body = await resp.json()
+            assert body["success"] is False
+            assert body["error"] == "unauthorized"
+            assert needle in body["message"], (headers, body)
+        with pytest.raises(websockets.InvalidStatus) as info:
+            await websockets.connect(
+                f"ws://127.0.0.1:{agentctl.port}/api/v1/acp/stream", additional_headers=headers
+            )
+        assert info.value.response.status_code == 401
     async with http.get(agentctl.base + "/health") as resp:
         assert resp.status == 200
+    assert (await agentctl.status())["state"] == "stopped"  # none of the rejected calls reached the agent
 
 
 async def test_bad_requests_get_specific_4xx(agentctl: Agentctl) -> None:

@@ -180,8 +180,14 @@ class AgentBridge:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        # A turn started with ?wait=false may fail with nobody awaiting it; its failure is already journaled.
+        if not task.cancelled() and (exc := task.exception()) is not None and not isinstance(exc, ApiError):
+            log.error("background task %s failed", task.get_name(), exc_info=exc)
 
     # ----- messages from the agent (called by the channel, in order) -----
 

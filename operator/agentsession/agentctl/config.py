@@ -17,6 +17,8 @@ DEFAULT_AGENT_COMMAND = "agentsession-demo-agent"
 def _default_agent_command() -> tuple[str, ...]:
     # The demo agent from this same installation, whether or not its console script is on PATH.
     return (sys.executable, "-m", "agentsession.demo_agent")
+
+
 MAX_BODY_BYTES = 1024 * 1024
 
 

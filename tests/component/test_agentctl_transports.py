@@ -64,6 +64,15 @@ async def exercise(ctl: Agentctl, http: aiohttp.ClientSession) -> None:
     assert st["clients"]["updates"] == 1
     assert st["last_seq"] == second_turn[-1]["seq"]
 
+    status, info = await ctl.get("/api/v1/info")
+    assert status == 200
+    assert info["agent_info"]["name"] == "agentsession-demo-agent"
+    assert info["agent_capabilities"]["loadSession"] is True
+    status, metrics = await ctl.get("/metrics")
+    assert status == 200
+    assert 'agentctl_turns_total{stop_reason="end_turn"} 2.0' in metrics
+    assert 'agentctl_session_updates_total{type="agent_message_chunk"}' in metrics
+
     # The same call again is idempotent: same session, no second initial prompt.
     status, again = await ctl.post("/api/v1/start", {"prompt": "hello transport"})
     assert status == 200

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.cluster
 def other_namespace(kube_api: Any) -> Iterator[str]:
     core = client.CoreV1Api(kube_api)
     name = f"t-gw-other-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "agentsession-tests"}}})
+    core.create_namespace(
+        {"metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "agentsession-tests"}}}
+    )
     try:
         yield name
     finally:
@@ -55,7 +57,9 @@ async def test_tokens_and_namespaces(
     reader = service_account_token(kube_api, namespace, "reader", ["get", "list", "watch"])
     nobody = service_account_token(kube_api, namespace, "nobody", None)
     # A service account of namespace B with rights only in namespace B.
-    outsider = service_account_token(kube_api, other_namespace, "outsider", ["get", "list", "watch", "update"])
+    outsider = service_account_token(
+        kube_api, other_namespace, "outsider", ["get", "list", "watch", "update"]
+    )
     gateway = start_gateway()  # every namespace
     url = gateway.ws_url
 
@@ -89,7 +93,11 @@ async def test_tokens_and_namespaces(
     mark = len(ui.frames)
     theirs.create("later-b", {"suspend": True, "podTemplate": {"nodeSelector": NOWHERE}})
     sessions.create("later-a", {"suspend": True, "podTemplate": {"nodeSelector": NOWHERE}})
-    await ui.wait_for("status of later-a", lambda f: f.get("payload", {}).get("agentId") == f"{namespace}/later-a", since=mark)
+    await ui.wait_for(
+        "status of later-a",
+        lambda f: f.get("payload", {}).get("agentId") == f"{namespace}/later-a",
+        since=mark,
+    )
     assert all(other_namespace not in json.dumps(f) for f in ui.frames[mark:])
 
     # The browser ways to pass a token: a `bearer.<token>` subprotocol entry (websockets client) and the query.

@@ -26,7 +26,9 @@ class TaskClient:
 
     async def request(self, action: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         msg_id = uuid.uuid4().hex
-        await self.ws.send(json.dumps({"id": msg_id, "type": "request", "action": action, "payload": payload or {}}))
+        await self.ws.send(
+            json.dumps({"id": msg_id, "type": "request", "action": action, "payload": payload or {}})
+        )
         return await self.next(lambda f: f.get("id") == msg_id, f"answer to {action}")
 
     async def next(self, match: Any, what: str, within: float = 30.0) -> dict[str, Any]:
@@ -83,7 +85,10 @@ async def test_shell_after_agentctl_ready(
                 lambda f: f["action"] == "task.session.agentctl_ready", "agentctl_ready notification"
             )
             assert ready["type"] == "notification"
-            assert ready["payload"] == {"task_id": task_id, "task_session_id": sessions.pod("tasky").metadata.uid}
+            assert ready["payload"] == {
+                "task_id": task_id,
+                "task_session_id": sessions.pod("tasky").metadata.uid,
+            }
 
             shell = await tc.request("shell.subscribe", {"task_id": task_id})
             assert shell["type"] == "response", shell

@@ -67,6 +67,8 @@ class Runtime:
     client: AgentctlClient | None = None
     stream: UpdateStream | None = None
     endpoint_key: tuple[str, str] | None = None  # (endpoint, podUID) the stream follows
+    # Survives stream restarts: the journal lives on the workspace and outlives agentctl restarts.
+    last_seq: int | None = None
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     last_info: dict[str, Any] | None = None
     shell: ShellStream | None = None
@@ -224,6 +226,7 @@ class AgentRegistry:
                 on_status=lambda status: self._on_agentctl_status(rt, status),
                 on_connected=lambda up: self._on_connected(rt, up),
             )
+            rt.stream.last_seq = rt.last_seq
             rt.stream.start()
             rt.endpoint_key = wanted
 
@@ -235,6 +238,7 @@ class AgentRegistry:
     async def _stop_streams(self, rt: Runtime) -> None:
         if rt.stream:
             await rt.stream.stop()
+            rt.last_seq = rt.stream.last_seq
             rt.stream = None
         if rt.shell:
             await rt.shell.stop()

@@ -81,10 +81,9 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
     for ns in namespaces:
         if auth is None or await auth.allowed(identity, ns, "get"):
             allowed.add(ns)
-    if not allowed and auth is not None and not config.namespaces:
-        # A cluster-wide reader may see sessions in namespaces that have none yet.
-        if await auth.allowed(identity, "", "get"):
-            allowed.add("")
+    # A cluster-wide reader may see sessions in namespaces that have none yet.
+    if not allowed and auth is not None and not config.namespaces and await auth.allowed(identity, "", "get"):
+        allowed.add("")
     if not allowed:
         return _json_error(
             403,

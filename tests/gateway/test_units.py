@@ -1,0 +1,188 @@
+"""The gateway's pure parts: status derivation, both codecs, and the per-client queue, without a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentsession.gateway import commands as c
+from agentsession.gateway.auth import TTLCache
+from agentsession.gateway.connection import Connection
+from agentsession.gateway.events import (
+    AgentctlReady,
+    AgentStatusChanged,
+    AgentUpdate,
+    Failure,
+    Reply,
+    ShellOutput,
+)
+from agentsession.gateway.lifecycle_dialect import LifecycleCodec
+from agentsession.gateway.status import AGENT_INFO_FIELDS, LiveState, agent_info, derive_status
+from agentsession.gateway.task_dialect import TaskCodec
+
+
+def session(
+    *, suspend: bool = False, phase: str | None = None, ready: bool = False, session_id: str | None = None,
+    deleting: bool = False, init_reason: str = "Initializing",
+) -> dict[str, Any]:  # fmt: skip
+    conditions = [
+        {"type": "Ready", "status": "True" if ready else "False", "reason": "Ready" if ready else "Starting",
+         "message": "agentctl keeps crashing" if phase == "Failed" else ""},
+        {"type": "AgentInitialized", "status": "True" if ready else "False", "reason": init_reason, "message": "boom"},
+    ]  # fmt: skip
+    meta: dict[str, Any] = {"namespace": "ns", "name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    return {
+        "metadata": meta,
+        "spec": {"suspend": suspend, "agent": {"type": "demo"}, "title": "T"},
+        "status": {
+            "phase": phase,
+            "conditions": conditions,
+            "acp": {"sessionId": session_id, "currentModeId": "code"},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "live", "expected"),
+    [
+        (session(suspend=True), None, "uninitialized"),
+        (session(suspend=True, session_id="s1"), None, "completed"),
+        (session(phase="Starting"), None, "initializing"),
+        (session(phase="Failed"), None, "failed"),
+        (session(phase="Starting", init_reason="InitializeFailed"), None, "failed"),
+        (session(phase="Ready", ready=True), None, "ready"),
+        (session(phase="Ready", ready=True), LiveState("running", turn_running=True), "processing"),
+        (session(phase="Ready", ready=True), LiveState("running"), "ready"),
+        (session(phase="Ready", ready=True), LiveState("error", last_error="agent exited"), "failed"),
+        (session(phase="Ready", ready=True), LiveState("starting"), "initializing"),
+        (session(phase="Ready", ready=True, deleting=True), None, "killed"),
+    ],
+)
+def test_derived_status(obj: dict[str, Any], live: LiveState | None, expected: str) -> None:
+    status, error = derive_status(obj, live)
+    assert status == expected
+    assert (error is not None) == (expected == "failed")
+
+
+def test_agent_info_has_exactly_the_protocol_fields() -> None:
+    info = agent_info(
+        session(phase="Ready", ready=True, session_id="s1"), LiveState("running", current_mode_id="ask")
+    )
+    assert tuple(info) == AGENT_INFO_FIELDS
+    assert info["id"] == "ns/a"
+    assert info["currentModeId"] == "ask"  # the live mode wins over the one recorded at start
+    assert info["cwd"] == "/workspace"
+
+
+@given(st.text(max_size=200))
+def test_lifecycle_decoder_never_raises(text: str) -> None:
+    result = LifecycleCodec().decode(text)
+    assert isinstance(result, Failure | c.Command)
+
+
+@given(st.dictionaries(st.sampled_from(["id", "type", "action", "payload"]),
+                       st.one_of(st.none(), st.integers(), st.text(max_size=20), st.dictionaries(st.text(max_size=5), st.integers()))))  # fmt: skip
+def test_task_decoder_never_raises(frame: dict[str, Any]) -> None:
+    result = TaskCodec().decode(json.dumps(frame))
+    if isinstance(result, Failure):
+        encoded = TaskCodec().encode(result)
+        assert encoded is not None
+        assert set(encoded["payload"]) == {"code", "message", "details"}
+
+
+def test_lifecycle_requests_and_typed_errors() -> None:
+    codec = LifecycleCodec()
+    cmd = codec.decode('{"type":"initialize_agent_request","agentId":"ns/a","requestId":"r"}')
+    assert cmd == c.Command(c.INITIALIZE, "ns/a", {}, "r")
+    bad = codec.decode(
+        '{"type":"agent_permission_response","agentId":"ns/a","permissionId":"p","requestId":"q"}'
+    )
+    assert isinstance(bad, Failure)
+    assert (bad.code, bad.request_id) == ("validation_error", "q")
+    frame = codec.encode(bad)
+    assert frame == {"type": "error", "payload": {"code": "validation_error", "message": bad.message, "requestId": "q",
+                                                  "requestType": "agent_permission_response"}}  # fmt: skip
+    assert codec.encode(AgentctlReady("ns/a", "uid")) is None
+    assert codec.encode(ShellOutput("ns/a", "output", "x")) is None
+
+
+def test_agent_initialized_shape() -> None:
+    reply = Reply(c.INITIALIZE, {"agentId": "ns/a", "info": {"id": "ns/a"}, "updates": [
+        {"seq": 1, "timestamp": "t1", "kind": "session_update", "notification": {"n": 1}},
+        {"seq": 2, "timestamp": "t2", "kind": "permission_request", "notification": {"pending_id": "p"}},
+    ]}, request_id="r")  # fmt: skip
+    frame = LifecycleCodec().encode(reply)
+    assert frame == {"type": "agent_initialized", "payload": {"agentId": "ns/a", "info": {"id": "ns/a"}, "updates": [
+        {"agentId": "ns/a", "timestamp": "t1", "notification": {"n": 1}}], "requestId": "r"}}  # fmt: skip
+
+
+def test_task_envelope_and_readiness_notification() -> None:
+    codec = TaskCodec()
+    cmd = codec.decode(
+        '{"id":"1","type":"request","action":"shell.input","payload":{"task_id":"ns/a","data":"ls\\n"}}'
+    )
+    assert cmd == c.Command(c.SHELL_INPUT, "ns/a", {"data": "ls\n"}, envelope_id="1")
+    frame = codec.encode(AgentctlReady("ns/a", "uid-1"))
+    assert frame is not None
+    assert set(frame) == {"id", "type", "action", "payload", "timestamp"}
+    assert (frame["type"], frame["action"]) == ("notification", "task.session.agentctl_ready")
+    assert frame["payload"] == {"task_id": "ns/a", "task_session_id": "uid-1"}
+    out = codec.encode(ShellOutput("ns/a", "output", "hi", None))
+    assert out is not None
+    assert out["payload"] == {"task_id": "ns/a", "type": "output", "data": "hi", "code": None}
+    unknown = codec.decode('{"id":"2","type":"request","action":"nope","payload":{}}')
+    assert isinstance(unknown, Failure)
+    err = codec.encode(unknown)
+    assert err is not None
+    assert (err["id"], err["type"], err["payload"]["code"]) == ("2", "error", "UNKNOWN_ACTION")
+
+
+def test_ttl_cache_is_bounded() -> None:
+    cache: TTLCache[int, int] = TTLCache(ttl=60, max_entries=3)
+    for i in range(10):
+        cache.put(i, i)
+    assert len(cache) == 3
+    assert cache.get(0) is None
+    assert cache.get(9) == 9
+
+
+class _StuckSocket:
+    """A WebSocket whose peer never reads: every send blocks."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.closed_with: int | None = None
+
+    async def send_str(self, data: str) -> None:
+        self.sent.append(data)
+        await asyncio.Event().wait()
+
+    async def close(self, code: int = 1000, message: bytes = b"") -> None:
+        self.closed_with = code
+
+
+async def test_slow_consumer_is_told_and_dropped() -> None:
+    from agentsession.gateway.auth import DEV_IDENTITY
+
+    ws = _StuckSocket()
+    conn = Connection(ws, LifecycleCodec(), DEV_IDENTITY, None, queue_size=4)  # type: ignore[arg-type]
+    conn.start()
+    for i in range(20):
+        conn.deliver(AgentStatusChanged("ns/a", {"status": "ready", "n": i}))
+    # The error frame gets a bounded chance to go out (2 s) before the socket is closed.
+    for _ in range(300):
+        if ws.closed_with is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert ws.closed_with == 4008
+    assert json.loads(ws.sent[-1])["payload"]["code"] == "slow_consumer"
+    assert conn.closed
+    conn.deliver(AgentUpdate("ns/a", 1, "t", "session_update", {}))  # ignored once closed
+    await conn.close()

@@ -57,6 +57,13 @@ stop_components 10 kube-proxy kubelet
 # Pod sandboxes and containers: kill and remove them through containerd while it still runs, so their shims exit and
 # their snapshots are released. Each sandbox's network namespace is noted for removal below.
 netns_paths=()
+# After a crash or a killed session containerd is gone but its containers are still recorded: start it alone
+# (no kubelet) so they can be removed the same way.
+if ! is_running containerd && [ -f "$CLUSTER_DIR/containerd.toml" ] \
+   && [ -d "$CONTAINERD_ROOT/io.containerd.metadata.v1.bolt" ] && command -v containerd >/dev/null; then
+  start_daemon containerd containerd --config "$CLUSTER_DIR/containerd.toml"
+  for _ in $(seq 1 100); do ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1 && break; sleep 0.1; done
+fi
 if is_running containerd; then
   for id in $(ctr_k8s containers ls -q 2>/dev/null); do
     ns="$(ctr_k8s containers info "$id" 2>/dev/null | python3 -c '
@@ -90,6 +97,15 @@ for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" 2>/d
   kill -KILL "$pid" 2>/dev/null
 done
 
+# Namespaces whose container record was already gone: a pod namespace of this cluster is one whose eth0 is the
+# peer of a veth on this cluster's bridge.
+if ip link show "$BRIDGE" >/dev/null 2>&1; then
+  for ns in /var/run/netns/cni-*; do
+    [ -e "$ns" ] || continue
+    peer="$(ip -n "$(basename "$ns")" -o link show eth0 2>/dev/null | sed -n 's/^[0-9]*: eth0@if\([0-9]*\):.*/\1/p')"
+    [ -n "$peer" ] && ip -o link show master "$BRIDGE" 2>/dev/null | grep "^$peer: " >/dev/null && netns_paths+=("$ns")
+  done
+fi
 for ns in "${netns_paths[@]}"; do
   umount "$ns" 2>/dev/null
   rm -f "$ns"
@@ -104,7 +120,7 @@ done
 stop_components 5 kube-scheduler kube-controller-manager kube-apiserver
 stop_components 10 etcd
 
-if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep -q KUBE-; then
+if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep KUBE- >/dev/null; then
   timeout 30 "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || warn "kube-proxy --cleanup failed"
   # kube-proxy leaves the rules the kubelet owns and its own canary chains; they start with KUBE- as well.
   for table in filter nat mangle; do
@@ -126,7 +142,7 @@ if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep -q KUBE-; th
 fi
 
 ip link show "$BRIDGE" >/dev/null 2>&1 && { ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"; }
-ip -4 addr show dev lo | grep -q "inet $NODE_IP/" && { ip addr del "$NODE_IP/32" dev lo && log "removed $NODE_IP from lo"; }
+ip -4 addr show dev lo | grep "inet $NODE_IP/" >/dev/null && { ip addr del "$NODE_IP/32" dev lo && log "removed $NODE_IP from lo"; }
 
 rm -rf "$CLUSTER_DIR/etcd" "$KUBELET_ROOT" "$CLUSTER_DIR/pod-logs" "$CLUSTER_DIR/cni/ipam" "$CONTAINERD_STATE" \
   "$CLUSTER_DIR/apiserver-certs" 2>/dev/null || warn "could not remove some cluster data under $CLUSTER_DIR"

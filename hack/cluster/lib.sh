@@ -47,12 +47,15 @@ elapsed() { local ms=$(( $(date +%s%N) / 1000000 - _t0_ms )); printf '%d.%d' $((
 log() { printf '[%6ss] %s\n' "$(elapsed)" "$*"; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
+# The pid recorded at start, if that process still runs the component: pids are reused quickly here, so a bare
+# `kill -0` could mistake an unrelated process for a component.
 pid_of() {
-  local f="$PIDS/$1.pid"
+  local f="$PIDS/$1.pid" pid argv0=""
   [ -f "$f" ] || return 1
-  local pid
   pid="$(cat "$f")"
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  IFS= read -r -d '' argv0 <"/proc/$pid/cmdline" 2>/dev/null || true
+  [ "${argv0##*/}" = "$1" ] || return 1
   echo "$pid"
 }
 

@@ -29,6 +29,15 @@ for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-prox
 done
 log "tools and Kubernetes v$K8S_VERSION binaries ready"
 
+# Nothing running but state left behind (a crash, a killed session): clean it up first so no stale pod, mount or
+# namespace leaks into the new cluster.
+running=0
+for c in "${COMPONENTS[@]}"; do is_running "$c" && running=1; done
+if [ $running = 0 ] && { [ -d "$CLUSTER_DIR/etcd" ] || compgen -G "$PIDS/*.pid" >/dev/null; }; then
+  log "found state of a cluster that was not stopped cleanly: running hack/cluster/down.sh"
+  "$HERE/down.sh" | sed 's/^/    /'
+fi
+
 mkdir -p "$CLUSTER_DIR" "$PKI" "$LOGS" "$PIDS" "$RUN"
 chmod 700 "$CLUSTER_DIR" "$PKI"
 
@@ -111,7 +120,7 @@ write_kubeconfig "$CLUSTER_DIR/kube-proxy.kubeconfig" kube-proxy
 log "certificates and kubeconfigs in $CLUSTER_DIR"
 
 # ---------------------------------------------------------------- node address
-ip -4 addr show dev lo | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/32" dev lo \
+ip -4 addr show dev lo | grep "inet $NODE_IP/" >/dev/null || ip addr add "$NODE_IP/32" dev lo \
   || die "cannot add $NODE_IP to lo (needs root and CAP_NET_ADMIN)"
 
 # ---------------------------------------------------------------- etcd
@@ -174,7 +183,7 @@ fi
 if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
   ip link add "$BRIDGE" type bridge || die "cannot create bridge $BRIDGE"
 fi
-ip -4 addr show dev "$BRIDGE" | grep -q "inet $POD_GATEWAY/" || ip addr add "$POD_GATEWAY/24" dev "$BRIDGE"
+ip -4 addr show dev "$BRIDGE" | grep "inet $POD_GATEWAY/" >/dev/null || ip addr add "$POD_GATEWAY/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 mkdir -p "$CLUSTER_DIR/cni/net.d" "$CLUSTER_DIR/cni/ipam"
 # The bridge exists already with its address, so the plugin runs with isGateway=false and leaves the host's
@@ -241,7 +250,7 @@ start_daemon containerd containerd --config "$CLUSTER_DIR/containerd.toml"
 wait_for "containerd serving" 30 containerd ctr --address "$CONTAINERD_SOCK" version
 
 # ---------------------------------------------------------------- pause image (built from the Kubernetes source)
-if ! ctr_k8s images ls -q | grep -qx "$PAUSE_IMAGE"; then
+if ! ctr_k8s images ls -q | grep -x "$PAUSE_IMAGE" >/dev/null; then
   pause_dir="$CACHE_DIR/pause/v$K8S_VERSION"
   if [ ! -f "$pause_dir/pause.tar" ]; then
     src="$(go env GOMODCACHE)/k8s.io/kubernetes@v$K8S_VERSION/build/pause/linux/pause.c"

@@ -1,4 +1,5 @@
 # Shared settings and helpers for the local single-node cluster (sourced by up.sh, down.sh, kubeconfig.sh).
+# shellcheck disable=SC2034  # settings used by the scripts that source this file
 # shellcheck shell=bash
 
 K8S_VERSION="${K8S_VERSION:-1.34.4}"

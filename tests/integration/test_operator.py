@@ -235,6 +235,7 @@ def test_delete_garbage_collects_every_child(operator: OperatorProcess, sessions
 def test_metrics_and_liveness(operator: OperatorProcess, sessions: Sessions) -> None:
     sessions.create("theta", {"podTemplate": {"nodeSelector": NOWHERE}})
     wait_until("status", lambda: sessions.get("theta").get("status", {}).get("phase"), timeout=30)
+
     def metrics_with_reconciles() -> str | None:
         text = operator.metrics()
         return text if "agentsession_reconcile_duration_seconds_count" in text else None

@@ -70,7 +70,12 @@ class OperatorProcess:
 
 @contextmanager
 def operator_process(kubeconfig: str, log: Path, **settings: str) -> Iterator[OperatorProcess]:
-    """Runs `agentsession-operator` against the cluster; `settings` become AGENTSESSION_* variables."""
+    """Runs `agentsession-operator` against the cluster; `settings` become AGENTSESSION_* variables.
+
+    Unless told otherwise it watches only the namespaces the `namespace` fixture makes (`t-*`), so operators
+    of test runs sharing a cluster never act on each other's sessions.
+    """
+    settings.setdefault("namespaces", '["t-*"]')
     metrics_port, liveness_port = free_port(), free_port()
     env = {
         **os.environ,

@@ -37,7 +37,8 @@ class OperatorConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTSESSION_", env_nested_delimiter="__")
 
     namespaces: list[str] = Field(
-        default_factory=list, description="Namespaces to watch; empty means the whole cluster."
+        default_factory=list,
+        description="Namespaces (or glob patterns) to watch; empty means the whole cluster.",
     )
     image: str = Field(
         default="agentsession:dev", description="The project image: agentctl and the demo agent."

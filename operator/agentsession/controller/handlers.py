@@ -6,6 +6,7 @@ Run with `agentsession-operator` (or `kopf run -m agentsession.controller.handle
 from __future__ import annotations
 
 import copy
+import fnmatch
 import logging
 import time
 from dataclasses import dataclass
@@ -139,13 +140,18 @@ async def pod_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Mem
     _state(memo).queue.trigger((namespace or "", labels[LABEL_SESSION]))
 
 
+def _watched(namespace: str, patterns: list[str]) -> bool:
+    # The same glob patterns kopf accepts for --namespace.
+    return not patterns or any(fnmatch.fnmatchcase(namespace, pattern) for pattern in patterns)
+
+
 @kopf.on.probe(id="watch")
 async def watch_is_live(memo: kopf.Memo, **_: Any) -> dict[str, int]:
     state = _state(memo)
     listed = {
         (item["metadata"]["namespace"], item["metadata"]["name"]): str(item["metadata"]["resourceVersion"])
         for item in await state.kube.list_sessions()
-        if not state.config.namespaces or item["metadata"]["namespace"] in state.config.namespaces
+        if _watched(item["metadata"]["namespace"], state.config.namespaces)
     }
     stalled = state.watch_health.stalled(listed, time.monotonic())
     if stalled:

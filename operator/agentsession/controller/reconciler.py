@@ -195,12 +195,12 @@ class Reconciler:
         old = previous.acp or AcpStatus()
         host = self._config.agentctl_host_override or pod.get("status", {}).get("podIP")
         endpoint = f"http://{host}:{self._config.agentctl_port}"
-        mount_path = spec.workspace.mountPath if spec.workspace else "/workspace"
         request = StartRequest(
             session_id=old.sessionId,
             # The initial prompt goes only with the very first start; a resume never repeats it.
             prompt=spec.prompt if old.sessionId is None else None,
-            cwd=spec.cwd or mount_path,
+            # Without spec.cwd, agentctl uses its workdir: the workspace mount in the pod.
+            cwd=spec.cwd,
             mode_id=spec.mode,
         )
         recorded = {"podUID": pod["metadata"]["uid"], "agentctlRestartCount": agentctl_restart_count(pod)}

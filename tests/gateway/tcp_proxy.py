@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,35 @@ class CuttableProxy:
         self.refusing = False
         self.port = 0
         self.connections = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def start_in_thread(self) -> None:
+        """Serves from a thread of its own, so tests that block their loop do not stall the proxy."""
+        ready = threading.Event()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(self.start())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="tcp-proxy")
+        self._thread.start()
+        ready.wait(10)
+
+    def stop_thread(self) -> None:
+        if self._loop is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(self.stop(), self._loop)
+        with contextlib.suppress(Exception):
+            future.result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread:
+            self._thread.join(10)
+
+    def set_upstream(self, host: str, port: int) -> None:
+        self._upstream = (host, port)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -28,7 +58,11 @@ class CuttableProxy:
             writer.close()
             return
         self.connections += 1
-        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        except OSError:
+            writer.close()
+            return
         self._writers |= {writer, up_writer}
         await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
 
@@ -45,6 +79,11 @@ class CuttableProxy:
 
     def cut(self) -> None:
         """Drops every open connection and refuses new ones until `restore`."""
+        if self._loop is not None and threading.current_thread() is not self._thread:
+            done = threading.Event()
+            self._loop.call_soon_threadsafe(lambda: (self.cut(), done.set()))
+            done.wait(5)
+            return
         self.refusing = True
         for writer in list(self._writers):
             with contextlib.suppress(Exception):

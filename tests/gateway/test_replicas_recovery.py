@@ -10,7 +10,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 
 from tests.conftest import wait_until
 from tests.gateway.conftest import Client
@@ -81,9 +80,9 @@ async def test_replicas_agree_and_recover(
 
     # Replica 2 reaches the API server through a proxy the test can cut.
     proxy = CuttableProxy("", 0)
-    await proxy.start()
+    proxy.start_in_thread()
     host, port, proxied = kubeconfig_via(kubeconfig, proxy.port, tmp_path / "proxied.kubeconfig")
-    proxy._upstream = (host, port)
+    proxy.set_upstream(host, port)
     one = start_gateway("--namespace", namespace, "--insecure-dev-mode")
     two = start_gateway("--namespace", namespace, "--insecure-dev-mode", "--kubeconfig", proxied,
                         "--watch-inactivity-timeout", "5")  # fmt: skip
@@ -166,5 +165,4 @@ async def test_replicas_agree_and_recover(
             lists.append(reply["payload"]["agents"])
         assert lists[0] == lists[1]
         assert lists[0][0]["status"] == "ready"
-    await proxy.stop()
-    assert yaml  # the proxied kubeconfig is YAML
+    proxy.stop_thread()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 import kopf
 
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> None:
         verbose=args.verbose,
         log_format=kopf.LogFormat.JSON if config.log_format == "json" else kopf.LogFormat.FULL,
     )
+    if not args.verbose:
+        # kopf reports every handler success at INFO; the reconciler's own logs and Events say what matters.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     liveness = f"http://{args.liveness_host}:{args.liveness_port}/healthz" if args.liveness_port else None
     kopf.run(
         clusterwide=not config.namespaces,

@@ -1,0 +1,86 @@
+"""A whole session on a node: the kubelet runs agentctl and the demo agent from the project image, runs the
+readiness probe, and the operator turns what it sees into conditions and starts ACP through the real agentctl."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import LOCAL_KUBECONFIG, wait_until
+from tests.support.kube import Sessions
+from tests.support.processes import OperatorProcess, operator_process
+
+pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
+
+
+@pytest.fixture(scope="module")
+def operator(
+    kubeconfig: str, crd_installed: list[str], project_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with operator_process(kubeconfig, log, image=project_image, image_pull_policy="IfNotPresent") as running:
+        yield running
+
+
+@pytest.fixture
+def sessions(kube_api: Any, namespace: str) -> Sessions:
+    return Sessions(kube_api, namespace)
+
+
+def _agentctl_pid(token: str) -> int:
+    """The host pid of the agentctl holding this session's token: the node is this machine."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            any(part.endswith(b"agentctl") for part in cmdline[:2])
+            and f"AGENTCTL_TOKEN={token}".encode() in environ
+        ):
+            return int(entry.name)
+    raise LookupError("no agentctl process with the session's token")
+
+
+def test_session_pod_becomes_ready_through_the_kubelet_probe(
+    operator: OperatorProcess, sessions: Sessions, kubeconfig: str
+) -> None:
+    sessions.create("real", {"title": "on a node", "prompt": "hello from the test"})
+    ready = wait_until("Ready=True", lambda: sessions.has_condition("real", "Ready", "True"), timeout=180)
+    assert ready["reason"] == "Ready"
+    status = sessions.get("real")["status"]
+    assert status["phase"] == "Ready"
+    assert status["acp"]["sessionId"]
+    assert status["acp"]["agentInfo"]["name"]
+    pod = sessions.pod("real")
+    agentctl = next(s for s in pod.status.init_container_statuses if s.name == "agentctl")
+    assert agentctl.ready is True
+    assert status["podIP"] == pod.status.pod_ip
+    reasons = [e.reason for e in sessions.events("real")]
+    for expected in ("PodCreated", "Scheduled", "ProbeSucceeded", "Initialized", "Ready"):
+        assert expected in reasons
+
+    if Path(kubeconfig) != LOCAL_KUBECONFIG:
+        pytest.skip("freezing agentctl needs the node's processes: only on the local cluster")
+    # Freeze agentctl: the kubelet's readiness probe times out, and the operator says so, with the probe's words.
+    pid = _agentctl_pid(sessions.token("real"))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        failing = wait_until(
+            "AgentctlReady=False ProbeFailing",
+            lambda: sessions.has_condition("real", "AgentctlReady", "False", "ProbeFailing"),
+            timeout=30,
+        )
+        assert "Readiness probe failed" in failing["message"]
+        assert sessions.has_condition("real", "Ready", "False", "ProbeFailing")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until("Ready again", lambda: sessions.has_condition("real", "Ready", "True"), timeout=60)
+    assert sessions.get("real")["status"]["acp"]["sessionId"] == status["acp"]["sessionId"]

@@ -117,7 +117,7 @@ for m in "${mounts[@]}"; do
 done
 [ ${#mounts[@]} -gt 0 ] && log "unmounted ${#mounts[@]} mounts"
 
-stop_components 5 kube-scheduler kube-controller-manager kube-apiserver
+stop_components 5 volume-provisioner kube-scheduler kube-controller-manager kube-apiserver
 stop_components 10 etcd
 
 if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep KUBE- >/dev/null; then
@@ -144,7 +144,7 @@ fi
 ip link show "$BRIDGE" >/dev/null 2>&1 && { ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"; }
 ip -4 addr show dev lo | grep "inet $NODE_IP/" >/dev/null && { ip addr del "$NODE_IP/32" dev lo && log "removed $NODE_IP from lo"; }
 
-rm -rf "$CLUSTER_DIR/etcd" "$KUBELET_ROOT" "$CLUSTER_DIR/pod-logs" "$CLUSTER_DIR/cni/ipam" "$CONTAINERD_STATE" \
+rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/volumes" "$KUBELET_ROOT" "$CLUSTER_DIR/pod-logs" "$CLUSTER_DIR/cni/ipam" "$CONTAINERD_STATE" \
   "$CLUSTER_DIR/apiserver-certs" 2>/dev/null || warn "could not remove some cluster data under $CLUSTER_DIR"
 if [ "$PURGE" = 1 ]; then
   rm -rf "$CLUSTER_DIR" && log "purged $CLUSTER_DIR"

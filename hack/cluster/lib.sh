@@ -41,7 +41,7 @@ PAUSE_IMAGE="localhost/agentsession/pause:3.10"
 KUBELET_ROOT="$CLUSTER_DIR/kubelet"
 
 # Start order; down.sh stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler volume-provisioner containerd kubelet kube-proxy)
 
 _t0_ms="${_t0_ms:-$(( $(date +%s%N) / 1000000 ))}"
 elapsed() { local ms=$(( $(date +%s%N) / 1000000 - _t0_ms )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
@@ -56,7 +56,10 @@ pid_of() {
   pid="$(cat "$f")"
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
   IFS= read -r -d '' argv0 <"/proc/$pid/cmdline" 2>/dev/null || true
-  [ "${argv0##*/}" = "$1" ] || return 1
+  if [ "${argv0##*/}" != "$1" ]; then
+    # Components written in Python run as `python3 .../<name with underscores>.py`.
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -x ".*/${1//-/_}\.py" >/dev/null || return 1
+  fi
   echo "$pid"
 }
 

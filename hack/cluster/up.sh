@@ -167,6 +167,9 @@ start_daemon kube-scheduler "$K8S_BIN/kube-scheduler" \
   --authentication-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
   --authorization-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false --v=1
+# PersistentVolumeClaims of the default StorageClass "standard" get directories under the cluster dir.
+start_daemon volume-provisioner python3 "$HERE/volume_provisioner.py" "$APISERVER_URL" "$PKI/ca.crt" \
+  "$PKI/admin.crt" "$PKI/admin.key" "$CLUSTER_DIR/volumes"
 # The service-account controller creating "default" proves the controller-manager is working.
 wait_controller_manager() {
   wait_for "controller-manager up (default service account exists)" 60 kube-controller-manager \

@@ -282,3 +282,42 @@ def test_failing_readiness_probe_reports_not_ready(
     assert status.state.running is not None
     assert status.ready is False
     assert _pod_condition(pod, "Ready") == "False"
+
+
+@pytest.mark.kubelet
+def test_default_storage_class_provisions_writable_volumes(
+    kube_api: Any, namespace: str, project_image: str, wait_until: Any
+) -> None:
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name="data"),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteOnce"],
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            ),
+        ),
+    )
+    script = "p = '/data/probe'\nopen(p, 'w').write('written')\nprint(open(p).read())\n"
+    pod = _pod("writer", [_container("main", project_image, ["python3", "-c", script])])
+    pod.spec.containers[0].volume_mounts = [client.V1VolumeMount(name="data", mount_path="/data")]
+    pod.spec.volumes = [
+        client.V1Volume(
+            name="data",
+            persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(claim_name="data"),
+        )
+    ]
+    core.create_namespaced_pod(namespace, pod)
+    _wait_phase(core, namespace, "writer", "Succeeded", wait_until)
+    assert core.read_namespaced_pod_log("writer", namespace, container="main").strip() == "written"
+
+    volume = core.read_namespaced_persistent_volume_claim("data", namespace).spec.volume_name
+    assert volume
+    core.delete_namespaced_pod("writer", namespace, grace_period_seconds=0)
+    core.delete_namespaced_persistent_volume_claim("data", namespace)
+    wait_until(
+        f"the released volume {volume} to be deleted",
+        lambda: _gone(lambda: core.read_persistent_volume(volume)),
+        timeout=60,
+    )

@@ -25,6 +25,19 @@ log = logging.getLogger(__name__)
 
 CLOSE_SLOW_CONSUMER = 4008
 
+# A broadcast hands the same event to every client in a row: encode it once per dialect, not once per client.
+_last_encoded: tuple[object, str, str | None] | None = None
+
+
+def _encode_once(codec: Codec, event: Event) -> str | None:
+    global _last_encoded
+    if _last_encoded is not None and _last_encoded[0] is event and _last_encoded[1] == codec.name:
+        return _last_encoded[2]
+    frame = codec.encode(event)
+    text = None if frame is None else json.dumps(frame, separators=(",", ":"))
+    _last_encoded = (event, codec.name, text)
+    return text
+
 
 @dataclass
 class _Pending:
@@ -116,16 +129,18 @@ class Connection:
             return
         if self.codec.needs_subscription(event) and event.agent_id not in self.live:  # type: ignore[union-attr]
             return
-        frame = self.codec.encode(event)
-        if frame is None:
-            return
-        self.send_frame(frame, getattr(event, "observed_at", 0.0), type(event).__name__)
+        text = _encode_once(self.codec, event)
+        if text is not None:
+            self._enqueue(text, type(event).__name__, getattr(event, "observed_at", 0.0))
 
     def send_frame(self, frame: Frame, observed_at: float = 0.0, label: str = "reply") -> None:
+        self._enqueue(json.dumps(frame, separators=(",", ":")), label, observed_at)
+
+    def _enqueue(self, text: str, label: str, observed_at: float) -> None:
         if self.closed:
             return
         try:
-            self._queue.put_nowait((json.dumps(frame, separators=(",", ":")), label, observed_at))
+            self._queue.put_nowait((text, label, observed_at))
         except asyncio.QueueFull:
             self._drop_slow()
 

@@ -51,7 +51,7 @@ def _session(i: int, version: int, ready: bool, change: int) -> dict[str, Any]:
             "name": f"s{i}",
             "resourceVersion": str(version),
             "creationTimestamp": "2026-01-01T00:00:00Z",
-        },  # fmt: skip
+        },
         "spec": {"agent": {"type": "demo"}, "title": f"change-{change}"},
         "status": {
             "phase": "Ready" if ready else "Starting",
@@ -78,7 +78,7 @@ class FakeApi:
                     "kind": "AgentSessionList",
                     "items": list(self.objects.values()),
                     "metadata": {"resourceVersion": str(self.version)},
-                }  # fmt: skip
+                }
             )
         resp = web.StreamResponse()
         resp.content_type = "application/json"
@@ -97,6 +97,12 @@ class FakeApi:
         self.sent_at[change] = time.perf_counter()
         for w in self.watchers:
             await w.write(line)
+
+
+def _spawn_gateway(port: int, kubeconfig: Path, log: Any) -> subprocess.Popen[bytes]:
+    command = [str(BIN / "agentsession-gateway"), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--kubeconfig", str(kubeconfig), "--insecure-dev-mode", "--log-level", "ERROR"]
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
 
 
 def _rss_kib(pid: int) -> int:
@@ -164,11 +170,7 @@ async def run(clients: int, paced: int, burst: int, interval: float) -> dict[str
     }))  # fmt: skip
     port = _free_port()
     log = (workdir / "gateway.log").open("wb")
-    proc = subprocess.Popen(
-        [str(BIN / "agentsession-gateway"), "--host", "127.0.0.1", "--port", str(port), "--kubeconfig",
-         str(kubeconfig), "--insecure-dev-mode", "--log-level", "ERROR"],
-        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
-    )  # fmt: skip
+    proc = _spawn_gateway(port, kubeconfig, log)
     tasks: list[asyncio.Task[None]] = []
     try:
         async with aiohttp.ClientSession() as probe:

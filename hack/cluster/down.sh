@@ -16,6 +16,13 @@ PURGE=0
 
 warn() { printf 'WARNING: %s\n' "$*" >&2; }
 
+# A component that exited stays a zombie until init reaps it, which here can take seconds: that counts as gone.
+alive() {
+  local state
+  state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # Sends SIGTERM to the named components together, then SIGKILL to any still running after the grace period (the
 # cluster's data is discarded anyway, so a long graceful drain buys nothing).
 stop_components() {
@@ -28,17 +35,17 @@ stop_components() {
   local deadline=$(( $(date +%s%N) / 1000000 + grace * 1000 )) alive
   while :; do
     alive=0
-    for entry in "${pending[@]}"; do kill -0 "${entry#*:}" 2>/dev/null && alive=1; done
+    for entry in "${pending[@]}"; do alive "${entry#*:}" && alive=1; done
     [ $alive = 0 ] && break
     if [ $(( $(date +%s%N) / 1000000 )) -ge $deadline ]; then
       for entry in "${pending[@]}"; do
-        kill -0 "${entry#*:}" 2>/dev/null || continue
+        alive "${entry#*:}" || continue
         warn "${entry%%:*} (pid ${entry#*:}) still running ${grace}s after SIGTERM; sending SIGKILL"
         kill -KILL "${entry#*:}" 2>/dev/null
       done
       for _ in $(seq 1 50); do
         alive=0
-        for entry in "${pending[@]}"; do kill -0 "${entry#*:}" 2>/dev/null && alive=1; done
+        for entry in "${pending[@]}"; do alive "${entry#*:}" && alive=1; done
         [ $alive = 0 ] && break
         sleep 0.1
       done
@@ -117,7 +124,9 @@ for m in "${mounts[@]}"; do
 done
 [ ${#mounts[@]} -gt 0 ] && log "unmounted ${#mounts[@]} mounts"
 
-stop_components 5 volume-provisioner kube-scheduler kube-controller-manager kube-apiserver
+stop_components 5 volume-provisioner kube-scheduler kube-controller-manager
+# Last, so no client of ours holds a watch open while it drains; its data is discarded, so its grace is short.
+stop_components 2 kube-apiserver
 stop_components 10 etcd
 
 if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep KUBE- >/dev/null; then

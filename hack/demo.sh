@@ -165,7 +165,7 @@ long "helm upgrade --install" helm upgrade --install "$RELEASE" charts/agentsess
   --set-string "operator.podAnnotations.agentsession\.dev/image-id=${image_id:-unknown}" \
   --set-string "gateway.podAnnotations.agentsession\.dev/image-id=${image_id:-unknown}" \
   --wait --timeout 5m
-kubectl -n "$RELEASE_NS" get deploy,pods -o wide | sed 's/^/    /'
+kubectl -n "$RELEASE_NS" get pods | sed 's/^/    /'
 
 # ---------------------------------------------------------------- session
 step "AgentSession $DEMO_NS/$SESSION (examples/demo.yaml)"
@@ -176,7 +176,8 @@ deadline=$((SECONDS + 300))
 while (( SECONDS < deadline )); do
   now="$(kubectl -n "$DEMO_NS" get agentsession "$SESSION" \
     -o jsonpath='{.status.phase}/{.status.conditions[?(@.type=="Ready")].reason}' 2>/dev/null || true)"
-  if [ "$now" != "$last" ]; then say "phase/reason: ${now:-(no status yet)}"; last="$now"; fi
+  [ "$now" = / ] && now="(no status yet)"
+  if [ "$now" != "$last" ]; then say "phase/reason: $now"; last="$now"; fi
   kubectl -n "$DEMO_NS" wait --for=condition=Ready "agentsession/$SESSION" --timeout=2s >/dev/null 2>&1 && break
 done
 kubectl -n "$DEMO_NS" wait --for=condition=Ready "agentsession/$SESSION" --timeout=5s | sed 's/^/    /' \
@@ -220,6 +221,6 @@ kubectl -n "$DEMO_NS" get events --field-selector "involvedObject.kind=AgentSess
   --sort-by=.lastTimestamp -o custom-columns='TYPE:.type,REASON:.reason,MESSAGE:.message' | sed 's/^/    /'
 
 step "Demo done in $((SECONDS - START))s"
-say "kubectl -n $DEMO_NS describe ags $SESSION     # conditions and Events"
-say "helm -n $RELEASE_NS test $RELEASE             # the chart's own checks"
-say "helm -n $RELEASE_NS uninstall $RELEASE; kubectl delete ns $DEMO_NS   # clean up (the CRD stays)"
+say "kubectl -n $DEMO_NS describe ags $SESSION    # conditions and Events"
+say "helm -n $RELEASE_NS test $RELEASE    # the chart's own checks"
+say "helm -n $RELEASE_NS uninstall $RELEASE && kubectl delete ns $DEMO_NS    # clean up (the CRD stays)"

@@ -148,7 +148,9 @@ async def run(url: str, agent_id: str, prompt: str, turn_seconds: float) -> int:
                 out.line("error", f"{payload.get('code')}: {payload.get('message')}")
                 return 1
             elif kind == "ack":
-                details = {k: v for k, v in payload.items() if k not in ("requestType", "requestId", "agentId")}
+                details = {
+                    k: v for k, v in payload.items() if k not in ("requestType", "requestId", "agentId")
+                }
                 out.line("ack", f"{payload.get('requestType')} {json.dumps(details)[:120]}")
             else:
                 out.line(str(kind), json.dumps(payload)[:160])

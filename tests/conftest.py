@@ -69,6 +69,15 @@ def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 60.0, 
         time.sleep(interval)
 
 
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A workspace directory for an agentctl run outside a pod, with one file in it."""
+    path = tmp_path / "workspace"
+    path.mkdir()
+    (path / "README.md").write_text("demo workspace\n")
+    return path
+
+
 @pytest.fixture(name="wait_until", scope="session")
 def wait_until_fixture() -> Callable[..., Any]:
     """`wait_until(what, probe, timeout=60)`: the polling helper above, for tests in any folder."""

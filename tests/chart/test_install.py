@@ -109,8 +109,15 @@ def test_install_session_ready_uninstall(
         ns = client.CoreV1Api(kube_api).read_namespace(namespace)
         assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
         session = json.loads(k("get", "ags", "demo", "-n", namespace, "-o", "json").stdout)
-        pod = json.loads(k("get", "pod", session["status"]["podName"], "-n", namespace, "-o", "json").stdout)
-        assert pod["status"]["phase"] == "Running"
+        pod_name = session["status"]["podName"]
+
+        def pod_phase() -> str:
+            return str(
+                json.loads(k("get", "pod", pod_name, "-n", namespace, "-o", "json").stdout)["status"]["phase"]
+            )
+
+        # The kubelet may post the pod's phase a moment after the agent already answered the operator.
+        wait_until(f"pod {pod_name} Running", lambda: pod_phase() == "Running", timeout=60)
         table = k("get", "ags", "-n", namespace).stdout
         assert table.split()[:6] == ["NAME", "PHASE", "READY", "REASON", "AGENT", "AGE"], table
         assert "Ready" in table.splitlines()[1]

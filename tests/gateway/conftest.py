@@ -83,14 +83,6 @@ def sessions(kube_api: Any, namespace: str) -> Sessions:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    (path / "README.md").write_text("demo workspace\n")
-    return path
-
-
-@pytest.fixture
 def start_gateway(
     kubeconfig: str, crd_installed: list[str], tmp_path: Path
 ) -> Iterator[Callable[..., GatewayProcess]]:

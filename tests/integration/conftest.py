@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,8 +61,3 @@ def operator(
 @pytest.fixture
 def sessions(kube_api: Any, namespace: str) -> Sessions:
     return Sessions(kube_api, namespace)
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    return tmp_path / "workspace"

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from agentsession.agentctl.app import create_app
 from agentsession.agentctl.config import ConfigError, parse_config
-from agentsession.agentctl.logs import setup_logging
+from agentsession.logs import setup_logging
 
 log = logging.getLogger("agentsession.agentctl")
 

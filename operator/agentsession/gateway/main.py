@@ -6,16 +6,16 @@ import logging
 
 from aiohttp import web
 
-from agentsession.gateway import logs
 from agentsession.gateway.config import parse_args
 from agentsession.gateway.server import build_app, close_all
+from agentsession.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
-    logs.setup(config.log_format, config.log_level)
+    setup_logging(config.log_format, config.log_level)
     app = build_app(config)
     app.on_shutdown.append(close_all)
     log.info("gateway listening on %s:%d", config.host, config.port)

@@ -1,13 +1,12 @@
-"""Structured logging: one JSON object per line with --log-format json, plain text otherwise."""
+"""Structured logging for every entry point: one JSON object per line with `json`, plain text otherwise."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Any
-
-from agentsession.agentctl.clock import utc_now
 
 # Attributes every LogRecord has; anything else was passed through `extra=` and belongs in the JSON object.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
@@ -15,18 +14,20 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": utc_now(),
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                out[key] = value
+        entry.update(
+            {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+        )
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
 
 
 def setup_logging(fmt: str, level: str) -> None:
@@ -37,6 +38,6 @@ def setup_logging(fmt: str, level: str) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
-    # aiohttp's access log is one line per request; keep it at the chosen level but out of the way at INFO.
+    root.setLevel(level.upper())
+    # aiohttp's access log is one line per request: kept out of the way unless asked for.
     logging.getLogger("aiohttp.access").setLevel(max(logging.WARNING, root.level))

@@ -78,6 +78,42 @@ def workdir(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def agentctl_port() -> int:
+    from tests.support.processes import free_port
+
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def operator_namespaces() -> str:
+    """What the `operator` fixture watches: the namespaces the `namespace` fixture makes."""
+    return '["t-*"]'
+
+
+@pytest.fixture(scope="module")
+def operator(
+    kubeconfig: str,
+    crd_installed: list[str],
+    agentctl_port: int,
+    operator_namespaces: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Any]:
+    """The real operator entry point, reaching agentctl on loopback, where a test runs one in place of the pod's."""
+    from tests.support.processes import operator_process
+
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with operator_process(
+        kubeconfig,
+        log,
+        namespaces=operator_namespaces,
+        agentctl_host_override="127.0.0.1",
+        agentctl_port=str(agentctl_port),
+        start_retry_seconds="1",
+    ) as running:
+        yield running
+
+
 @pytest.fixture(name="wait_until", scope="session")
 def wait_until_fixture() -> Callable[..., Any]:
     """`wait_until(what, probe, timeout=60)`: the polling helper above, for tests in any folder."""

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 
 from tests.support.kube import Sessions
-from tests.support.processes import BIN, OperatorProcess, free_port, operator_process, stop, wait_http
+from tests.support.processes import BIN, free_port, stop, wait_http
 
 WAIT = 30.0
 
@@ -55,26 +55,6 @@ def gateway_process(kubeconfig: str, log: Path, *args: str) -> Iterator[GatewayP
         yield GatewayProcess(proc, port, log)
     finally:
         stop(proc)
-
-
-@pytest.fixture(scope="module")
-def agentctl_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def operator(
-    kubeconfig: str, crd_installed: list[str], agentctl_port: int, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with operator_process(
-        kubeconfig,
-        log,
-        agentctl_host_override="127.0.0.1",
-        agentctl_port=str(agentctl_port),
-        start_retry_seconds="1",
-    ) as running:
-        yield running
 
 
 @pytest.fixture

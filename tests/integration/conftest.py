@@ -9,12 +9,6 @@ from kubernetes import client
 
 from tests.conftest import wait_until
 from tests.support.kube import Sessions
-from tests.support.processes import OperatorProcess, free_port, operator_process
-
-
-@pytest.fixture(scope="module")
-def agentctl_port() -> int:
-    return free_port()
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +32,8 @@ def namespace(kube_api: Any, namespace_prefix: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def operator(
-    kubeconfig: str,
-    crd_installed: list[str],
-    agentctl_port: int,
-    namespace_prefix: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OperatorProcess]:
-    """The real operator entry point; it reaches agentctl on loopback, where each test runs one."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with operator_process(
-        kubeconfig,
-        log,
-        namespaces=f'["{namespace_prefix}-*"]',
-        agentctl_host_override="127.0.0.1",
-        agentctl_port=str(agentctl_port),
-        start_retry_seconds="1",
-    ) as running:
-        yield running
+def operator_namespaces(namespace_prefix: str) -> str:
+    return f'["{namespace_prefix}-*"]'
 
 
 @pytest.fixture

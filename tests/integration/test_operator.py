@@ -266,3 +266,30 @@ def test_status_subresource_is_separate_from_spec(
     # Fields outside the schema are pruned, not stored.
     custom.patch_namespaced_custom_object_status(*args, {"status": {"bogus": 1}})
     assert "bogus" not in sessions.get("iota")["status"]
+
+
+def test_evicted_pod_is_replaced(operator: OperatorProcess, sessions: Sessions) -> None:
+    sessions.create("kappa", {"podTemplate": {"nodeSelector": NOWHERE}})
+    first = wait_until("pod", lambda: sessions.pod("kappa"), timeout=30)
+    sessions.fail_pod("kappa", "Evicted", "The node was low on resource: memory.")
+
+    def replaced() -> Any:
+        pod = sessions.pod("kappa")
+        return pod if pod.metadata.uid != first.metadata.uid else None
+
+    wait_until("a replacement pod", replaced, timeout=60)
+    reasons = [e.reason for e in sessions.events("kappa")]
+    assert "ReplacingFailedPod" in reasons
+    assert "Evicted" in reasons
+
+
+def test_max_duration_suspends_the_session(operator: OperatorProcess, sessions: Sessions) -> None:
+    sessions.create("lambda", {"lifecycle": {"maxDuration": "1h"}, "podTemplate": {"nodeSelector": NOWHERE}})
+    pod = wait_until("pod", lambda: sessions.pod("lambda"), timeout=30)
+    assert pod.spec.active_deadline_seconds == 3600
+    sessions.fail_pod(
+        "lambda", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
+    )
+    wait_until("spec.suspend set", lambda: sessions.get("lambda")["spec"]["suspend"], timeout=30)
+    wait_until("Suspended=True", lambda: sessions.has_condition("lambda", "Suspended", "True"), timeout=30)
+    assert "MaxDurationReached" in [e.reason for e in sessions.events("lambda")]

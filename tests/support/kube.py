@@ -106,3 +106,8 @@ class Sessions:
             ],
         }
         self.core.patch_namespaced_pod_status(f"{name}-agent", self.namespace, {"status": status})
+
+    def fail_pod(self, name: str, reason: str, message: str) -> None:
+        """Marks the session's pod Failed, as the kubelet does on eviction or when activeDeadlineSeconds ends."""
+        status = {"phase": "Failed", "reason": reason, "message": message}
+        self.core.patch_namespaced_pod_status(f"{name}-agent", self.namespace, {"status": status})

@@ -92,6 +92,18 @@ class KubeApi:
             {"status": status},
         )
 
+    async def patch_session_spec(self, namespace: str, name: str, spec: Manifest) -> Manifest | None:
+        return await self._call(
+            f"patch spec of agentsession {namespace}/{name}",
+            self._custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"spec": spec},
+        )
+
     async def get_pod(self, namespace: str, name: str) -> Manifest | None:
         return await self._call(
             f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace

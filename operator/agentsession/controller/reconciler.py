@@ -175,9 +175,21 @@ class Reconciler:
         if pod["metadata"].get("deletionTimestamp"):
             return pod, False
         restart_policy = spec.lifecycle.restartPolicy if spec.lifecycle else "Always"
-        if pod.get("status", {}).get("phase") == "Failed" and restart_policy == "Always":
-            reason = pod["status"].get("reason") or "Failed"
-            await self._delete(session, pod, "ReplacingFailedPod", f"pod failed ({reason}); replacing it")
+        failed_reason = (
+            pod["status"].get("reason") or "Failed"
+            if pod.get("status", {}).get("phase") == "Failed"
+            else None
+        )
+        if failed_reason == "DeadlineExceeded":
+            # lifecycle.maxDuration ran out: the session stops for good, keeping its workspace, until resumed.
+            await self._kube.patch_session_spec(session.namespace, session.name, {"suspend": True})
+            await self._event(
+                session, "Normal", "MaxDurationReached", "lifecycle.maxDuration ran out; suspending"
+            )
+        elif failed_reason is not None and restart_policy == "Always":
+            await self._delete(
+                session, pod, "ReplacingFailedPod", f"pod failed ({failed_reason}); replacing it"
+            )
         elif _spec_hash(pod) != _spec_hash(desired):
             await self._delete(
                 session, pod, "PodSpecChanged", "the session's pod template changed; replacing the pod"

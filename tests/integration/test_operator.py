@@ -293,3 +293,26 @@ def test_max_duration_suspends_the_session(operator: OperatorProcess, sessions: 
     wait_until("spec.suspend set", lambda: sessions.get("lambda")["spec"]["suspend"], timeout=30)
     wait_until("Suspended=True", lambda: sessions.has_condition("lambda", "Suspended", "True"), timeout=30)
     assert "MaxDurationReached" in [e.reason for e in sessions.events("lambda")]
+
+
+def test_pod_template_change_replaces_the_pod_but_a_title_change_does_not(
+    operator: OperatorProcess, sessions: Sessions
+) -> None:
+    sessions.create("mu", {"podTemplate": {"nodeSelector": NOWHERE}})
+    first = wait_until("pod", lambda: sessions.pod("mu"), timeout=30)
+    sessions.patch_spec("mu", {"title": "renamed"})
+    wait_until(
+        "generation 2 observed", lambda: sessions.get("mu").get("status", {}).get("observedGeneration") == 2
+    )
+    assert sessions.pod("mu").metadata.uid == first.metadata.uid
+
+    sessions.patch_spec("mu", {"agent": {"env": [{"name": "LOG_LEVEL", "value": "debug"}]}})
+
+    def replaced() -> Any:
+        pod = sessions.pod("mu")
+        return pod if pod.metadata.uid != first.metadata.uid else None
+
+    second = wait_until("a replacement pod", replaced, timeout=60)
+    env = {e.name: e.value for e in second.spec.containers[0].env}
+    assert env["LOG_LEVEL"] == "debug"
+    assert "PodSpecChanged" in [e.reason for e in sessions.events("mu")]

@@ -2,8 +2,8 @@
 namespace that enforces the `restricted` Pod Security Standard, `helm test` passes, and `helm uninstall` leaves
 nothing behind but the CRD.
 
-The release serves only the test's namespace (`watchNamespaces`), so it never acts on other tests' sessions in
-a shared cluster.
+One release serves the module's tests, which run in file order; the last one uninstalls it. The release serves
+only its session namespace (`watchNamespaces`), so it never acts on other tests' sessions in a shared cluster.
 """
 
 from __future__ import annotations
@@ -12,16 +12,52 @@ import json
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.chart.conftest import CHART, run_helm
-from tests.conftest import REPO_ROOT
+from tests.conftest import LOCAL_KUBECONFIG, REPO_ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
 
 READY_TIMEOUT = "240s"
+
+
+@dataclass
+class Release:
+    name: str
+    namespace: str
+    sessions: str
+    helm: str
+    kubectl: str
+    kubeconfig: str
+    uninstalled: bool = False
+
+    def k(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.kubectl, "--kubeconfig", self.kubeconfig, *args],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            pytest.fail(f"kubectl {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}", pytrace=False)
+        return proc
+
+    def diagnostics(self) -> str:
+        out = []
+        for ns in (self.namespace, self.sessions):
+            out.append(self.k("get", "pods,ags,events", "-n", ns, "-o", "wide", check=False).stdout)
+        for component in ("operator", "gateway"):
+            deploy = f"deploy/{self.name}-agentsession-{component}"
+            out.append(self.k("logs", "-n", self.namespace, deploy, "--tail=40", check=False).stdout)
+        return "\n".join(out)
+
+    def uninstall(self) -> subprocess.CompletedProcess[str]:
+        self.uninstalled = True
+        return run_helm(self.helm, "uninstall", self.name, "--kubeconfig", self.kubeconfig, "--namespace",
+                        self.namespace, "--wait", "--timeout", "120s", check=False, timeout=180)  # fmt: skip
 
 
 def _split_image(ref: str) -> tuple[str, str]:
@@ -31,118 +67,127 @@ def _split_image(ref: str) -> tuple[str, str]:
     return repository, tag
 
 
-@pytest.fixture
-def release_namespace(kube_api: Any) -> Iterator[str]:
-    """The release's own namespace, restricted too: the chart's pods must be admitted there as well."""
+@pytest.fixture(scope="module")
+def restricted_namespaces(kube_api: Any) -> Iterator[tuple[str, str]]:
+    """(release namespace, session namespace), both enforcing `restricted`: every pod must be admitted there."""
     from kubernetes import client
 
     core = client.CoreV1Api(kube_api)
-    name = f"chart-{uuid.uuid4().hex[:6]}"
+    suffix = uuid.uuid4().hex[:6]
+    names = (f"chart-{suffix}", f"chart-sessions-{suffix}")
     labels = {
         "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/warn": "restricted",
         "app.kubernetes.io/part-of": "agentsession-tests",
     }
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    yield name
-    core.delete_namespace(name)
+    for name in names:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    yield names
+    for name in names:
+        core.delete_namespace(name)
 
 
-def test_install_session_ready_uninstall(
-    helm: str,
-    kubectl: str,
-    kubeconfig: str,
-    project_image: str,
-    namespace: str,
-    release_namespace: str,
-    kube_api: Any,
-    wait_until: Callable[..., Any],
-) -> None:
-    from kubernetes import client
-
-    def k(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [kubectl, "--kubeconfig", kubeconfig, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            pytest.fail(f"kubectl {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}", pytrace=False)
-        return proc
-
-    def diagnostics() -> str:
-        out = []
-        for ns in (release_namespace, namespace):
-            out.append(k("get", "pods,ags,events", "-n", ns, "-o", "wide", check=False).stdout)
-            for deploy in ("operator", "gateway"):
-                out.append(
-                    k(
-                        "logs", "-n", ns, f"deploy/{release}-agentsession-{deploy}", "--tail=40", check=False
-                    ).stdout
-                )
-        return "\n".join(out)
-
+@pytest.fixture(scope="module")
+def release(
+    helm: str, kubectl: str, kubeconfig: str, project_image: str, restricted_namespaces: tuple[str, str]
+) -> Iterator[Release]:
+    namespace, sessions = restricted_namespaces
+    rel = Release(f"it-{uuid.uuid4().hex[:6]}", namespace, sessions, helm, kubectl, kubeconfig)
     repository, tag = _split_image(project_image)
-    release = f"it-{uuid.uuid4().hex[:6]}"
     install = run_helm(
-        helm, "install", release, str(CHART), "--kubeconfig", kubeconfig, "--namespace", release_namespace,
+        helm, "install", rel.name, str(CHART), "--kubeconfig", kubeconfig, "--namespace", namespace,
         "-f", str(CHART / "ci" / "dev-values.yaml"),
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
         "--set", "image.pullPolicy=IfNotPresent",
-        "--set", f"watchNamespaces={{{namespace}}}",
+        "--set", f"watchNamespaces={{{sessions}}}",
         "--wait", "--timeout", "180s",
         check=False, timeout=240,
     )  # fmt: skip
     try:
         if install.returncode != 0:
-            pytest.fail(f"helm install failed:\n{install.stderr}\n{diagnostics()}", pytrace=False)
+            pytest.fail(f"helm install failed:\n{install.stderr}\n{rel.diagnostics()}", pytrace=False)
         assert "AgentSession" in install.stdout  # NOTES.txt rendered
-
-        k("apply", "-n", namespace, "-f", str(REPO_ROOT / "examples" / "demo.yaml"))
-        wait = k("wait", "-n", namespace, "--for=condition=Ready", "agentsession/demo", f"--timeout={READY_TIMEOUT}",
-                 check=False, timeout=300)  # fmt: skip
-        if wait.returncode != 0:
-            pytest.fail(f"session demo never became Ready:\n{wait.stderr}\n{diagnostics()}", pytrace=False)
-
-        # Admitted under `restricted`: the pod exists and runs in a namespace that enforces it.
-        ns = client.CoreV1Api(kube_api).read_namespace(namespace)
-        assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
-        session = json.loads(k("get", "ags", "demo", "-n", namespace, "-o", "json").stdout)
-        pod_name = session["status"]["podName"]
-
-        def pod_phase() -> str:
-            return str(
-                json.loads(k("get", "pod", pod_name, "-n", namespace, "-o", "json").stdout)["status"]["phase"]
-            )
-
-        # The kubelet may post the pod's phase a moment after the agent already answered the operator.
-        wait_until(f"pod {pod_name} Running", lambda: pod_phase() == "Running", timeout=60)
-        table = k("get", "ags", "-n", namespace).stdout
-        assert table.split()[:6] == ["NAME", "PHASE", "READY", "REASON", "AGENT", "AGE"], table
-        assert "Ready" in table.splitlines()[1]
-        events = k(
-            "get", "events", "-n", namespace, "--field-selector", "involvedObject.kind=AgentSession"
-        ).stdout
-        assert "demo" in events
-
-        test = run_helm(helm, "test", release, "--kubeconfig", kubeconfig, "--namespace", release_namespace,
-                        "--logs", "--timeout", "120s", check=False, timeout=180)  # fmt: skip
-        assert test.returncode == 0, f"helm test failed:\n{test.stderr}{test.stdout}\n{diagnostics()}"
-
-        # Sessions go before the operator that cleans up after them.
-        k("delete", "ags", "demo", "-n", namespace, "--wait=true", "--timeout=120s", timeout=150)
+        yield rel
     finally:
-        uninstall = run_helm(helm, "uninstall", release, "--kubeconfig", kubeconfig, "--namespace",
-                             release_namespace, "--wait", "--timeout", "120s", check=False, timeout=180)  # fmt: skip
-    assert uninstall.returncode == 0, uninstall.stderr
+        if not rel.uninstalled:
+            rel.k("delete", "ags", "--all", "-n", sessions, "--wait=true", "--timeout=60s", check=False)
+            rel.uninstall()
 
-    selector = f"app.kubernetes.io/instance={release}"
+
+def test_session_reaches_ready_in_a_restricted_namespace(
+    release: Release, wait_until: Callable[..., Any]
+) -> None:
+    ns = release.sessions
+    release.k("apply", "-n", ns, "-f", str(REPO_ROOT / "examples" / "demo.yaml"))
+    wait = release.k("wait", "-n", ns, "--for=condition=Ready", "agentsession/demo", f"--timeout={READY_TIMEOUT}",
+                     check=False, timeout=300)  # fmt: skip
+    if wait.returncode != 0:
+        pytest.fail(
+            f"session demo never became Ready:\n{wait.stderr}\n{release.diagnostics()}", pytrace=False
+        )
+
+    labels = json.loads(release.k("get", "namespace", ns, "-o", "json").stdout)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    session = json.loads(release.k("get", "ags", "demo", "-n", ns, "-o", "json").stdout)
+    pod_name = session["status"]["podName"]
+
+    def pod_phase() -> str:
+        pod = json.loads(release.k("get", "pod", pod_name, "-n", ns, "-o", "json").stdout)
+        return str(pod["status"]["phase"])
+
+    # The kubelet may post the pod's phase a moment after the agent already answered the operator.
+    wait_until(f"pod {pod_name} Running", lambda: pod_phase() == "Running", timeout=60)
+    table = release.k("get", "ags", "-n", ns).stdout
+    assert table.split()[:6] == ["NAME", "PHASE", "READY", "REASON", "AGENT", "AGE"], table
+    assert table.splitlines()[1].split()[1:3] == ["Ready", "True"], table
+    events = release.k(
+        "get", "events", "-n", ns, "--field-selector", "involvedObject.kind=AgentSession"
+    ).stdout
+    assert "Ready=True" in events, events
+
+
+def _pods_cannot_reach_services(kubeconfig: str) -> str | None:
+    """Why Service IPs are unreachable from pods on this node, when the local cluster's node cannot route them."""
+    if Path(kubeconfig) != LOCAL_KUBECONFIG:
+        return None
+    forward = Path("/proc/sys/net/ipv4/ip_forward")
+    if forward.is_file() and forward.read_text().strip() == "0":
+        return (
+            "the local cluster's node has net.ipv4.ip_forward=0, so pods cannot reach Service IPs "
+            "(kube-proxy DNATs them to pods on the same bridge, which then needs forwarding)"
+        )
+    return None
+
+
+def test_helm_test_hook_passes(release: Release) -> None:
+    reason = _pods_cannot_reach_services(release.kubeconfig)
+    if reason:
+        pytest.skip(reason)
+    test = run_helm(release.helm, "test", release.name, "--kubeconfig", release.kubeconfig, "--namespace",
+                    release.namespace, "--logs", "--timeout", "120s", check=False, timeout=180)  # fmt: skip
+    assert test.returncode == 0, f"helm test failed:\n{test.stderr}{test.stdout}\n{release.diagnostics()}"
+    assert "ok  gateway /readyz" in test.stdout
+    assert "ok  operator /healthz" in test.stdout
+
+
+def test_uninstall_leaves_only_the_crd(release: Release, wait_until: Callable[..., Any]) -> None:
+    # Sessions go before the operator that cleans up after them.
+    release.k("delete", "ags", "--all", "-n", release.sessions, "--wait=true", "--timeout=120s", timeout=150)
+    uninstall = release.uninstall()
+    assert uninstall.returncode == 0, uninstall.stderr
+    selector = f"app.kubernetes.io/instance={release.name}"
 
     def leftovers() -> str:
         kinds = "all,cm,secret,sa,role,rolebinding,networkpolicy,pdb,clusterrole,clusterrolebinding"
-        return k("get", kinds, "-A", "-l", selector, "-o", "name").stdout.strip()
+        return release.k("get", kinds, "-A", "-l", selector, "-o", "name").stdout.strip()
 
     wait_until("no object of the release left after helm uninstall", lambda: leftovers() == "", timeout=90)
+    # Session pods, token Secrets and PVCs are owned by their session: the garbage collector removes them.
+    for ns in (release.namespace, release.sessions):
+        wait_until(
+            f"no pod left in {ns}",
+            lambda ns=ns: release.k("get", "pods", "-n", ns, "-o", "name").stdout.strip() == "",
+            timeout=120,
+        )
     # The CRD is Helm's `crds/`: never deleted by an uninstall (documented in docs/install.md).
-    assert k("get", "crd", "agentsessions.agentsession.dev", check=False).returncode == 0
+    assert release.k("get", "crd", "agentsessions.agentsession.dev", check=False).returncode == 0

@@ -5,6 +5,7 @@ Both sides import these models, so the server and its clients cannot drift apart
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -168,3 +169,20 @@ class HistoryResponse(BaseModel):
 
     updates: list[JournalEntry]
     last_seq: int
+
+
+class AcpActivity(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    turn_running: bool = False
+
+
+class StatusResponse(BaseModel):
+    """The part of `GET /api/v1/status` that the operator reads to tell an idle agent from a busy one."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    state: str
+    acp: AcpActivity = Field(default_factory=AcpActivity)
+    pending_permissions: int = 0
+    last_activity_at: datetime

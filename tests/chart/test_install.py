@@ -34,6 +34,7 @@ class Release:
     helm: str
     kubectl: str
     kubeconfig: str
+    scope: str
     uninstalled: bool = False
 
     def k(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -58,6 +59,26 @@ class Release:
         self.uninstalled = True
         return run_helm(self.helm, "uninstall", self.name, "--kubeconfig", self.kubeconfig, "--namespace",
                         self.namespace, "--wait", "--timeout", "120s", check=False, timeout=180)  # fmt: skip
+
+
+def known_operator_bug(release: Release) -> None:
+    """xfails when namespace scope breaks on the operator listing AgentSessions cluster-wide in its /healthz probe:
+    namespace-scoped RBAC forbids that, so the probe fails and the operator never turns Ready (and is restarted)."""
+    if release.scope != "namespace":
+        return
+    logs = release.k(
+        "logs",
+        "-n",
+        release.namespace,
+        f"deploy/{release.name}-agentsession-operator",
+        "--tail=300",
+        check=False,
+    ).stdout
+    if 'cannot list resource "agentsessions"' in logs and "at the cluster scope" in logs:
+        pytest.xfail(
+            "operator bug: its watch probe lists AgentSessions cluster-wide (KubeApi.list_sessions), which "
+            "rbac.scope=namespace forbids, so /healthz fails"
+        )
 
 
 def _split_image(ref: str) -> tuple[str, str]:
@@ -87,24 +108,31 @@ def restricted_namespaces(kube_api: Any) -> Iterator[tuple[str, str]]:
         core.delete_namespace(name)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["cluster", "namespace"])
 def release(
-    helm: str, kubectl: str, kubeconfig: str, project_image: str, restricted_namespaces: tuple[str, str]
+    request: pytest.FixtureRequest,
+    helm: str,
+    kubectl: str,
+    kubeconfig: str,
+    project_image: str,
+    restricted_namespaces: tuple[str, str],
 ) -> Iterator[Release]:
+    """The chart installed with `rbac.scope` cluster, then namespace (Roles in the session namespace only)."""
     namespace, sessions = restricted_namespaces
-    rel = Release(f"it-{uuid.uuid4().hex[:6]}", namespace, sessions, helm, kubectl, kubeconfig)
+    rel = Release(f"it-{uuid.uuid4().hex[:6]}", namespace, sessions, helm, kubectl, kubeconfig, request.param)
     repository, tag = _split_image(project_image)
     install = run_helm(
         helm, "install", rel.name, str(CHART), "--kubeconfig", kubeconfig, "--namespace", namespace,
         "-f", str(CHART / "ci" / "dev-values.yaml"),
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
         "--set", "image.pullPolicy=IfNotPresent",
-        "--set", f"watchNamespaces={{{sessions}}}",
+        "--set", f"watchNamespaces={{{sessions}}}", "--set", f"rbac.scope={rel.scope}",
         "--wait", "--timeout", "180s",
         check=False, timeout=240,
     )  # fmt: skip
     try:
         if install.returncode != 0:
+            known_operator_bug(rel)
             pytest.fail(f"helm install failed:\n{install.stderr}\n{rel.diagnostics()}", pytrace=False)
         assert "AgentSession" in install.stdout  # NOTES.txt rendered
         yield rel
@@ -144,6 +172,25 @@ def test_session_reaches_ready_in_a_restricted_namespace(
         "get", "events", "-n", ns, "--field-selector", "involvedObject.kind=AgentSession"
     ).stdout
     assert "Ready=True" in events, events
+
+
+def test_operator_stays_healthy(release: Release) -> None:
+    """The operator's /healthz (its liveness probe) answers 200 with the RBAC of this scope, read through the API
+    server's pod proxy."""
+    pods = json.loads(
+        release.k(
+            "get", "pods", "-n", release.namespace, "-l", "app.kubernetes.io/component=operator", "-o", "json"
+        ).stdout
+    )["items"]
+    assert len(pods) == 1
+    pod = pods[0]["metadata"]["name"]
+    health = release.k(
+        "get", "--raw", f"/api/v1/namespaces/{release.namespace}/pods/{pod}:8081/proxy/healthz", check=False
+    )
+    if health.returncode != 0:
+        known_operator_bug(release)
+    assert health.returncode == 0, f"/healthz failed: {health.stderr}\n{release.diagnostics()}"
+    assert "watch" in json.loads(health.stdout)
 
 
 def _pods_cannot_reach_services(kubeconfig: str) -> str | None:

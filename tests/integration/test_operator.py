@@ -316,3 +316,16 @@ def test_pod_template_change_replaces_the_pod_but_a_title_change_does_not(
     env = {e.name: e.value for e in second.spec.containers[0].env}
     assert env["LOG_LEVEL"] == "debug"
     assert "PodSpecChanged" in [e.reason for e in sessions.events("mu")]
+
+
+def test_idle_timeout_suspends_an_idle_agent(
+    operator: OperatorProcess, sessions: Sessions, agentctl_port: int, workdir: Path, tmp_path: Path
+) -> None:
+    sessions.create("nu", {"lifecycle": {"idleTimeout": "3s"}, "podTemplate": {"nodeSelector": NOWHERE}})
+    wait_until("pod", lambda: sessions.pod("nu"), timeout=30)
+    with agentctl_process(workdir, sessions.token("nu"), tmp_path / "agentctl.log", port=agentctl_port):
+        sessions.play_kubelet("nu", agentctl_ready=True)
+        wait_until("Ready=True", lambda: sessions.has_condition("nu", "Ready", "True"), timeout=30)
+        wait_until("suspended when idle", lambda: sessions.get("nu")["spec"]["suspend"], timeout=30)
+    wait_until("Suspended=True", lambda: sessions.has_condition("nu", "Suspended", "True"), timeout=30)
+    assert "IdleTimeout" in [e.reason for e in sessions.events("nu")]

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from agentsession.agentctl_api import StatusResponse
 from agentsession.api.models import AgentSessionStatus, Condition
 from agentsession.controller.durations import parse_duration
+from agentsession.controller.idle import seconds_until_idle
 from agentsession.controller.transitions import condition_events
 from agentsession.controller.watch_health import WatchHealth
 from agentsession.controller.work_queue import WorkQueue
@@ -112,3 +114,29 @@ async def test_work_queue_retries_failures_with_backoff() -> None:
         await done.wait()
     assert attempts == 2
     await queue.shutdown()
+
+
+def _report(turn: bool = False, pending: int = 0, last: str = "2026-01-01T00:00:00.000Z") -> StatusResponse:
+    return StatusResponse.model_validate(
+        {
+            "state": "running",
+            "acp": {"turn_running": turn},
+            "pending_permissions": pending,
+            "last_activity_at": last,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("report", "seconds_later", "remaining"),
+    [
+        (_report(), 10, 50),
+        (_report(), 60, 0),
+        (_report(), 600, 0),
+        (_report(turn=True), 600, 60),
+        (_report(pending=1), 600, 60),
+    ],
+)
+def test_seconds_until_idle(report: StatusResponse, seconds_later: int, remaining: float) -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds_later)
+    assert seconds_until_idle(60, report, now) == remaining

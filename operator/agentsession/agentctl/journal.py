@@ -23,7 +23,7 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self._path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._last_seq = self._recover()
+        self._last_seq, self._last_timestamp = self._recover()
         # Appends are a few hundred bytes; a synchronous write to the page cache is cheaper than a thread hop
         # and keeps the order of entries identical to the order of the agent's messages.
         self._file = path.open("a", encoding="utf-8")
@@ -36,18 +36,25 @@ class Journal:
     def last_seq(self) -> int:
         return self._last_seq
 
-    def _recover(self) -> int:
+    @property
+    def last_timestamp(self) -> str | None:
+        """When the newest entry was written: the last thing the agent or a user did in the session."""
+        return self._last_timestamp
+
+    def _recover(self) -> tuple[int, str | None]:
         """Find the last seq, dropping a torn final line left by a crash mid-write."""
         if not self._path.exists():
-            return 0
+            return 0, None
         last = 0
+        last_timestamp: str | None = None
         good_size = 0
         with self._path.open("rb") as f:
             for raw in f:
                 if not raw.endswith(b"\n"):
                     break
                 try:
-                    last = int(json.loads(raw)["seq"])
+                    entry = json.loads(raw)
+                    last, last_timestamp = int(entry["seq"]), str(entry["timestamp"])
                 except (ValueError, KeyError, TypeError):
                     break
                 good_size += len(raw)
@@ -56,7 +63,7 @@ class Journal:
                 "journal: truncating damaged tail", extra={"path": str(self._path), "size": good_size}
             )
             os.truncate(self._path, good_size)
-        return last
+        return last, last_timestamp
 
     def append(self, kind: str, notification: dict[str, Any]) -> Entry:
         entry: Entry = {
@@ -68,6 +75,7 @@ class Journal:
         self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
         self._file.flush()
         self._last_seq += 1
+        self._last_timestamp = entry["timestamp"]
         return entry
 
     def read(self, after: int = 0, upto: int | None = None, limit: int | None = None) -> list[Entry]:

@@ -37,6 +37,7 @@ async def status(request: web.Request) -> web.Response:
                 "shell": s.clients.shell,
             },
             "last_seq": s.journal.last_seq,
+            "last_activity_at": s.last_activity_at(),
             "uptime_seconds": round(time.monotonic() - s.started, 3),
             "timestamp": utc_now(),
         }

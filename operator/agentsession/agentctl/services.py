@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from agentsession.agentctl.acp_bridge import AgentBridge
+from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.config import Config
 from agentsession.agentctl.events import EventHub
 from agentsession.agentctl.journal import Journal
@@ -37,6 +38,7 @@ class Services:
     bridge: AgentBridge
     shell: ShellSession
     started: float = field(default_factory=time.monotonic)
+    started_at: str = field(default_factory=utc_now)
     clients: StreamCounts = field(default_factory=StreamCounts)
 
     @classmethod
@@ -55,6 +57,14 @@ class Services:
         bridge = AgentBridge(config, transport, hub, permissions, metrics, store)
         shell = ShellSession(config.shell_command, config.workdir)
         return cls(config, metrics, journal, hub, permissions, bridge, shell)
+
+    def last_activity_at(self) -> str:
+        """The latest of: a journal entry (prompt, update, permission), shell input, agentctl's start.
+
+        All are RFC 3339 UTC with milliseconds, so they order as strings.
+        """
+        moments = [self.started_at, self.journal.last_timestamp, self.shell.last_input_at]
+        return max(m for m in moments if m is not None)
 
     async def close(self) -> None:
         await self.bridge.shutdown()

@@ -15,6 +15,8 @@ import termios
 from pathlib import Path
 from typing import Any
 
+from agentsession.agentctl.clock import utc_now
+
 log = logging.getLogger(__name__)
 
 BUFFER_BYTES = 16 * 1024
@@ -37,6 +39,7 @@ class ShellSession:
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._lock = asyncio.Lock()
         self.exit_code: int | None = None
+        self.last_input_at: str | None = None
         self._reaper: asyncio.Future[None] | None = None
 
     @property
@@ -142,6 +145,7 @@ class ShellSession:
         self._subscribers.discard(q)
 
     async def write(self, data: str) -> None:
+        self.last_input_at = utc_now()
         await self.ensure_started()
         assert self._master is not None
         payload = data.encode()

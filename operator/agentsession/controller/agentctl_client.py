@@ -7,7 +7,14 @@ import time
 import aiohttp
 from pydantic import ValidationError
 
-from agentsession.agentctl_api import START_PATH, ErrorResponse, StartRequest, StartResponse
+from agentsession.agentctl_api import (
+    START_PATH,
+    STATUS_PATH,
+    ErrorResponse,
+    StartRequest,
+    StartResponse,
+    StatusResponse,
+)
 from agentsession.controller import metrics
 
 
@@ -61,6 +68,31 @@ class AgentctlClient:
             ) from error
         finally:
             metrics.AGENTCTL_CALL_SECONDS.labels(call="start", outcome=outcome).observe(
+                time.monotonic() - started
+            )
+
+    async def status(self, endpoint: str, token: str) -> StatusResponse:
+        url = f"{endpoint.rstrip('/')}{STATUS_PATH}"
+        started = time.monotonic()
+        outcome = "error"
+        try:
+            async with self._http().get(url, headers={"Authorization": f"Bearer {token}"}) as response:
+                body = await response.text()
+                if response.status != 200:
+                    raise AgentctlError(
+                        f"agentctl status at {url} answered HTTP {response.status}: {_error_text(body)}"
+                    )
+                result = StatusResponse.model_validate_json(body)
+                outcome = "ok"
+                return result
+        except ValidationError as error:
+            raise AgentctlError(f"agentctl status at {url} answered an unexpected body: {error}") from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise AgentctlError(
+                f"agentctl status at {url} failed: {type(error).__name__} {error}".rstrip()
+            ) from error
+        finally:
+            metrics.AGENTCTL_CALL_SECONDS.labels(call="status", outcome=outcome).observe(
                 time.monotonic() - started
             )
 

@@ -23,6 +23,8 @@ from agentsession.api.models import AcpStatus, AgentSessionSpec, AgentSessionSta
 from agentsession.controller import metrics
 from agentsession.controller.agentctl_client import AgentctlClient, AgentctlError
 from agentsession.controller.config import OperatorConfig
+from agentsession.controller.durations import parse_duration
+from agentsession.controller.idle import seconds_until_idle
 from agentsession.controller.kube import KubeApi
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
@@ -39,6 +41,7 @@ Manifest = dict[str, Any]
 PodLookup = Callable[[str, str], Manifest | None]
 log = logging.getLogger(__name__)
 
+IDLE_RETRY_SECONDS = 30.0
 # AgentInitialized reasons that mean "agentctl is ready and the start call is due".
 START_DUE = frozenset({"Initializing", "AgentctlRestarted", "InitializeFailed"})
 STAGES: tuple[tuple[ConditionType, str], ...] = (
@@ -141,6 +144,11 @@ class Reconciler:
                 requeue = self._config.start_retry_seconds
 
         await self._write(body, session, previous, status)
+        idle_timeout = spec.lifecycle.idleTimeout if spec.lifecycle else None
+        if pod is not None and token is not None and status.phase == "Ready" and idle_timeout:
+            idle_check = await self._check_idle(session, pod, token, parse_duration(idle_timeout))
+            if idle_check is not None:
+                requeue = idle_check if requeue is None else min(requeue, idle_check)
         return requeue
 
     async def _ensure_token(self, session: SessionRef) -> str:
@@ -196,6 +204,31 @@ class Reconciler:
             )
         return pod, False
 
+    async def _check_idle(
+        self, session: SessionRef, pod: Manifest, token: str, idle_timeout: float
+    ) -> float | None:
+        """Suspends the session once agentctl reports it idle for `idle_timeout`; else when to look again."""
+        try:
+            report = await self._agentctl.status(self._endpoint(pod), token)
+        except AgentctlError as error:
+            log.warning("idle check of %s/%s failed: %s", session.namespace, session.name, error)
+            return min(idle_timeout, IDLE_RETRY_SECONDS)
+        remaining = seconds_until_idle(idle_timeout, report, self._clock())
+        if remaining > 0:
+            return max(remaining, 1.0)
+        await self._kube.patch_session_spec(session.namespace, session.name, {"suspend": True})
+        await self._event(
+            session,
+            "Normal",
+            "IdleTimeout",
+            f"idle for lifecycle.idleTimeout ({idle_timeout:.0f}s); suspending",
+        )
+        return None
+
+    def _endpoint(self, pod: Manifest) -> str:
+        host = self._config.agentctl_host_override or pod.get("status", {}).get("podIP")
+        return f"http://{host}:{self._config.agentctl_port}"
+
     async def _delete(self, session: SessionRef, pod: Manifest, reason: str, message: str) -> None:
         await self._kube.delete_pod(session.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
         await self._event(session, "Normal", reason, message)
@@ -205,8 +238,7 @@ class Reconciler:
     ) -> AcpStatus:
         """Calls agentctl's start; the result (or the error) is recorded for this pod and agentctl restart."""
         old = previous.acp or AcpStatus()
-        host = self._config.agentctl_host_override or pod.get("status", {}).get("podIP")
-        endpoint = f"http://{host}:{self._config.agentctl_port}"
+        endpoint = self._endpoint(pod)
         request = StartRequest(
             session_id=old.sessionId,
             # The initial prompt goes only with the very first start; a resume never repeats it.

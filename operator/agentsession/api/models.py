@@ -152,7 +152,8 @@ class WorkspaceSpec(_Model):
 
 class LifecycleSpec(_Model):
     idleTimeout: Duration | None = Field(
-        default=None, description="Suspend after this long with no turn running and no client attached."
+        default=None,
+        description="Suspend after this long with no turn running, no permission pending and no prompt, update or shell input.",
     )
     maxDuration: Duration | None = Field(default=None, description="Stop the pod after it has run this long.")
     drainTimeout: Duration | None = Field(

@@ -152,13 +152,18 @@ for ns in "$RELEASE_NS" "$DEMO_NS"; do
   kubectl label namespace "$ns" --overwrite \
     pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted >/dev/null
 done
+# Helm installs crds/ only on a first install and never upgrades them: apply the CRD of this checkout, then let
+# Helm skip it (Helm 4's server-side apply would otherwise conflict with an earlier applier of the CRD).
+kubectl apply --server-side --force-conflicts --field-manager agentsession-demo -f crds/agentsessions.yaml \
+  | sed 's/^/    /'
+kubectl wait --for=condition=Established crd/agentsessions.agentsession.dev --timeout=60s >/dev/null
 repository="${IMAGE%:*}"
 tag="${IMAGE##*:}"
 [ "$repository" != "$IMAGE" ] || tag=latest
 # A rebuilt image keeps its tag: a changed annotation rolls the pods so a re-run serves the new build.
 image_id="$(buildah images --noheading --format '{{.ID}}' "$IMAGE" 2>/dev/null | head -n1 || true)"
 long "helm upgrade --install" helm upgrade --install "$RELEASE" charts/agentsession \
-  --namespace "$RELEASE_NS" --create-namespace \
+  --namespace "$RELEASE_NS" --create-namespace --skip-crds \
   -f charts/agentsession/ci/dev-values.yaml \
   --set "image.repository=$repository" --set "image.tag=$tag" --set image.pullPolicy=IfNotPresent \
   --set "watchNamespaces={$DEMO_NS}" \

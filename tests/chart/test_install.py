@@ -121,12 +121,16 @@ def release(
     namespace, sessions = restricted_namespaces
     rel = Release(f"it-{uuid.uuid4().hex[:6]}", namespace, sessions, helm, kubectl, kubeconfig, request.param)
     repository, tag = _split_image(project_image)
+    # Other tests keep the CRD applied (and current) in a shared cluster; Helm 4 server-side-applies crds/ and
+    # would conflict with their field manager, so the chart installs the CRD only where it is missing.
+    crd_present = rel.k("get", "crd", "agentsessions.agentsession.dev", check=False).returncode == 0
     install = run_helm(
         helm, "install", rel.name, str(CHART), "--kubeconfig", kubeconfig, "--namespace", namespace,
         "-f", str(CHART / "ci" / "dev-values.yaml"),
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
         "--set", "image.pullPolicy=IfNotPresent",
         "--set", f"watchNamespaces={{{sessions}}}", "--set", f"rbac.scope={rel.scope}",
+        *(["--skip-crds"] if crd_present else []),
         "--wait", "--timeout", "180s",
         check=False, timeout=240,
     )  # fmt: skip

@@ -222,7 +222,9 @@ say "connecting to $url (dev mode: no token)"
 step "kubectl get ags -n $DEMO_NS"
 kubectl -n "$DEMO_NS" get ags -o wide | sed 's/^/    /'
 step "Events of agentsession/$SESSION"
-kubectl -n "$DEMO_NS" get events --field-selector "involvedObject.kind=AgentSession,involvedObject.name=$SESSION" \
+# By uid: Events of an earlier session of the same name (a previous run) stay until they expire.
+uid="$(kubectl -n "$DEMO_NS" get agentsession "$SESSION" -o jsonpath='{.metadata.uid}')"
+kubectl -n "$DEMO_NS" get events --field-selector "involvedObject.uid=$uid" \
   --sort-by=.lastTimestamp -o custom-columns='TYPE:.type,REASON:.reason,MESSAGE:.message' | sed 's/^/    /'
 
 step "Demo done in $((SECONDS - START))s"

@@ -15,6 +15,8 @@
 #   RELEASE_NAMESPACE   where the chart is installed (default agentsession-system)
 #   DEMO_CLUSTER        force the cluster: kubeconfig | kind | local (default: the first that works)
 #   DEMO_SKIP_IMAGE=1   use the image already on the nodes
+#   DEMO_DEV_MODE=1     run the gateway without authentication (by default the client presents a token of a
+#                       ServiceAccount allowed to use AgentSessions in the demo namespace, and nothing else)
 #   IMAGE               image reference (default agentsession:dev)
 set -euo pipefail
 
@@ -167,6 +169,7 @@ long "helm upgrade --install" helm upgrade --install "$RELEASE" charts/agentsess
   -f charts/agentsession/ci/dev-values.yaml \
   --set "image.repository=$repository" --set "image.tag=$tag" --set image.pullPolicy=IfNotPresent \
   --set "watchNamespaces={$DEMO_NS}" \
+  --set "gateway.auth.enabled=$([ "${DEMO_DEV_MODE:-0}" = 1 ] && echo false || echo true)" \
   --set-string "operator.podAnnotations.agentsession\.dev/image-id=${image_id:-unknown}" \
   --set-string "gateway.podAnnotations.agentsession\.dev/image-id=${image_id:-unknown}" \
   --wait --timeout 5m
@@ -175,6 +178,8 @@ kubectl -n "$RELEASE_NS" get pods | sed 's/^/    /'
 # ---------------------------------------------------------------- session
 step "AgentSession $DEMO_NS/$SESSION (examples/demo.yaml)"
 kubectl -n "$DEMO_NS" delete agentsession "$SESSION" --ignore-not-found --wait=true --timeout=120s >/dev/null
+# The garbage collector removes the old session's pod in the background; a new session would find it terminating.
+kubectl -n "$DEMO_NS" wait --for=delete "pod/$SESSION-agent" --timeout=120s >/dev/null 2>&1 || true
 kubectl -n "$DEMO_NS" apply -f examples/demo.yaml | sed 's/^/    /'
 last=""
 deadline=$((SECONDS + 300))
@@ -214,7 +219,18 @@ if [ -z "$url" ]; then
   say "port-forward unavailable ($(tail -n1 "$pf_log")); using the Service at $ip"
   url="ws://$ip:80/ws"
 fi
-say "connecting to $url (dev mode: no token)"
+if [ "${DEMO_DEV_MODE:-0}" = 1 ]; then
+  say "connecting to $url (dev mode: no token)"
+else
+  # A client identity of its own: a ServiceAccount bound to the chart's AgentSession role in the demo namespace.
+  # The gateway checks its token with a TokenReview and each namespace with a SubjectAccessReview.
+  kubectl -n "$DEMO_NS" create serviceaccount demo-client --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n "$DEMO_NS" create rolebinding demo-client --clusterrole="$RELEASE-edit" \
+    --serviceaccount="$DEMO_NS:demo-client" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  AGENTSESSION_TOKEN="$(kubectl -n "$DEMO_NS" create token demo-client --duration=10m)"
+  export AGENTSESSION_TOKEN
+  say "connecting to $url as system:serviceaccount:$DEMO_NS:demo-client (bearer token)"
+fi
 "$PY" hack/demo_client.py "$url" "$DEMO_NS/$SESSION" "Please write demo.txt (this asks for permission)." \
   || die "the gateway client did not see the prompt complete"
 

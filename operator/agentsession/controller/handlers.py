@@ -150,7 +150,7 @@ async def watch_is_live(memo: kopf.Memo, **_: Any) -> dict[str, int]:
     state = _state(memo)
     listed = {
         (item["metadata"]["namespace"], item["metadata"]["name"]): str(item["metadata"]["resourceVersion"])
-        for item in await state.kube.list_sessions()
+        for item in await state.kube.list_sessions(state.config.namespaces)
         if _watched(item["metadata"]["namespace"], state.config.namespaces)
     }
     stalled = state.watch_health.stalled(listed, time.monotonic())

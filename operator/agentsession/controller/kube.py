@@ -73,11 +73,28 @@ class KubeApi:
             name,
         )
 
-    async def list_sessions(self) -> list[Manifest]:
-        result = await self._call(
-            "list agentsessions", self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
-        )
-        return list((result or {}).get("items", []))
+    async def list_sessions(self, namespaces: list[str]) -> list[Manifest]:
+        """Every AgentSession in these namespaces; cluster-wide when none are named or any is a glob pattern.
+
+        Listing namespace by namespace keeps the operator within namespace-scoped RBAC.
+        """
+        if not namespaces or any(ch in ns for ns in namespaces for ch in "*?["):
+            result = await self._call(
+                "list agentsessions", self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
+            )
+            return list((result or {}).get("items", []))
+        items: list[Manifest] = []
+        for namespace in namespaces:
+            result = await self._call(
+                f"list agentsessions in {namespace}",
+                self._custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+            )
+            items.extend((result or {}).get("items", []))
+        return items
 
     async def patch_session_status(self, namespace: str, name: str, status: Manifest) -> Manifest | None:
         """A merge patch of the whole status: the operator is its only writer, lists are replaced whole."""

@@ -61,26 +61,6 @@ class Release:
                         self.namespace, "--wait", "--timeout", "120s", check=False, timeout=180)  # fmt: skip
 
 
-def known_operator_bug(release: Release) -> None:
-    """xfails when namespace scope breaks on the operator listing AgentSessions cluster-wide in its /healthz probe:
-    namespace-scoped RBAC forbids that, so the probe fails and the operator never turns Ready (and is restarted)."""
-    if release.scope != "namespace":
-        return
-    logs = release.k(
-        "logs",
-        "-n",
-        release.namespace,
-        f"deploy/{release.name}-agentsession-operator",
-        "--tail=300",
-        check=False,
-    ).stdout
-    if 'cannot list resource "agentsessions"' in logs and "at the cluster scope" in logs:
-        pytest.xfail(
-            "operator bug: its watch probe lists AgentSessions cluster-wide (KubeApi.list_sessions), which "
-            "rbac.scope=namespace forbids, so /healthz fails"
-        )
-
-
 def _split_image(ref: str) -> tuple[str, str]:
     repository, _, tag = ref.rpartition(":")
     if not repository or "/" in tag:
@@ -136,7 +116,6 @@ def release(
     )  # fmt: skip
     try:
         if install.returncode != 0:
-            known_operator_bug(rel)
             pytest.fail(f"helm install failed:\n{install.stderr}\n{rel.diagnostics()}", pytrace=False)
         assert "AgentSession" in install.stdout  # NOTES.txt rendered
         yield rel
@@ -191,8 +170,6 @@ def test_operator_stays_healthy(release: Release) -> None:
     health = release.k(
         "get", "--raw", f"/api/v1/namespaces/{release.namespace}/pods/{pod}:8081/proxy/healthz", check=False
     )
-    if health.returncode != 0:
-        known_operator_bug(release)
     assert health.returncode == 0, f"/healthz failed: {health.stderr}\n{release.diagnostics()}"
     assert "watch" in json.loads(health.stdout)
 

@@ -30,6 +30,9 @@ RUN set -eu; \
 # Final stage: the base plus the environment, running as an unprivileged user.
 FROM ${BASE_IMAGE}
 COPY --from=install /opt/agentsession /opt/agentsession
+# A named user for uid 65532: tools that ask for the user name (kopf's identity, shells) need one.
+RUN echo 'agentsession:x:65532:65532:agentsession:/tmp:/usr/sbin/nologin' >> /etc/passwd \
+    && echo 'agentsession:x:65532:' >> /etc/group
 ENV PATH=/opt/agentsession/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -126,6 +126,12 @@ CASES = [
         probe_message="Readiness probe failed: HTTP probe failed with statuscode: 503",
     ),
     Case(
+        "agentctl started, readiness not probed yet",
+        pod(phase="Running", scheduled=SCHEDULED, agentctl=RUNNING, agent=RUNNING),
+        "Starting",
+        {"AgentctlReady": "Starting", "Ready": "Starting"},
+    ),
+    Case(
         "agentctl ready, ACP not yet initialized",
         pod(phase="Running", scheduled=SCHEDULED, agentctl=AGENTCTL_READY, agent=RUNNING),
         "Starting",

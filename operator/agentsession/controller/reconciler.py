@@ -34,7 +34,12 @@ from agentsession.controller.pod_builder import (
     build_workspace_claim,
 )
 from agentsession.controller.session_ref import SessionRef
-from agentsession.controller.status_mapper import Observation, agentctl_restart_count, map_status
+from agentsession.controller.status_mapper import (
+    Observation,
+    agentctl_restart_count,
+    map_status,
+    readiness_pending_since,
+)
 from agentsession.controller.transitions import condition_events
 
 Manifest = dict[str, Any]
@@ -124,12 +129,15 @@ class Reconciler:
         )
         status = map_status(observation)
         requeue: float | None = None
-        agentctl = status.condition("AgentctlReady")
-        if pod is not None and agentctl is not None and agentctl.reason == "ProbeFailing":
-            # The kubelet's probe output is only in its Unhealthy events; it tells the user why.
-            message = await self._kube.latest_warning(namespace, pod["metadata"]["uid"], "Unhealthy")
-            observation = replace(observation, probe_message=message)
-            status = map_status(observation)
+        since = readiness_pending_since(pod) if pod is not None else None
+        if pod is not None and since is not None:
+            # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
+            message = await self._kube.latest_warning(
+                namespace, pod["metadata"]["uid"], "Unhealthy", prefix="Readiness probe failed", since=since
+            )
+            if message:
+                observation = replace(observation, probe_message=message)
+                status = map_status(observation)
         initialized = status.condition("AgentInitialized")
         if (
             pod is not None

@@ -87,6 +87,15 @@ def agentctl_restart_count(pod: Manifest) -> int:
     return int(status.get("restartCount", 0)) if status else 0
 
 
+def readiness_pending_since(pod: Manifest) -> str | None:
+    """When the running, started agentctl that is not ready started; None when that is not the case."""
+    status = container_status(pod, AGENTCTL_CONTAINER, init=True)
+    if not status or status.get("ready") or not status.get("started"):
+        return None
+    running = status.get("state", {}).get("running")
+    return str(running.get("startedAt") or "") if running is not None else None
+
+
 def _pod_condition(pod: Manifest, kind: str) -> Manifest | None:
     return next((c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") == kind), None)
 
@@ -170,11 +179,15 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
         return _State("False", "Terminated", f"agentctl exited with code {terminated.get('exitCode')}")
     if not status.get("started"):
         return _State("False", "Starting", "agentctl is running; waiting for its startup probe (GET /health)")
-    detail = f": {obs.probe_message}" if obs.probe_message else ""
+    if not obs.probe_message:
+        # Between the startup probe passing and the first readiness check, not ready is not a failure.
+        return _State(
+            "False", "Starting", "agentctl has started; waiting for its readiness probe (GET /health)"
+        )
     return _State(
         "False",
         "ProbeFailing",
-        f"agentctl is running but its readiness probe (GET /health) fails{detail} "
+        f"agentctl is running but its readiness probe (GET /health) fails: {obs.probe_message} "
         f"(restarts: {status.get('restartCount', 0)})",
     )
 

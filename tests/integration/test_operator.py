@@ -242,8 +242,13 @@ def test_metrics_and_liveness(operator: OperatorProcess, sessions: Sessions) -> 
 
     text = wait_until("reconcile metrics", metrics_with_reconciles)
     assert 'agentsession_sessions{phase="Pending"}' in text
-    with urllib.request.urlopen(operator.liveness_url, timeout=15) as response:
-        assert json.load(response)["watch"]["sessions"] >= 1
+
+    def probed_sessions() -> bool:
+        # kopf caches probe results for 10 s, so an answer may predate the session.
+        with urllib.request.urlopen(operator.liveness_url, timeout=15) as response:
+            return bool(json.load(response)["watch"]["sessions"] >= 1)
+
+    wait_until("the liveness probe counting sessions", probed_sessions, timeout=30)
 
 
 def test_status_subresource_is_separate_from_spec(

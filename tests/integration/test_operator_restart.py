@@ -1,7 +1,9 @@
-"""An operator killed in the middle of reconciling leaves no duplicate or orphaned children behind."""
+"""Operator lifecycles: killed mid-reconcile (no duplicate or orphaned children), and serving named namespaces."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +55,20 @@ def test_restart_mid_reconcile_creates_no_duplicates(
                 assert pods[0].metadata.uid == old_pods[0].metadata.uid
             if old_secrets:
                 assert secrets[0].metadata.uid == old_secrets[0].metadata.uid
+
+
+def test_operator_serving_named_namespaces_only(
+    kubeconfig: str, crd_installed: list[str], namespace: str, sessions: Sessions, tmp_path: Path
+) -> None:
+    # Named namespaces: no discovery scanning, sessions listed per namespace (what namespace-scoped RBAC allows).
+    with operator_process(kubeconfig, tmp_path / "named.log", namespaces=f'["{namespace}"]') as running:
+        sessions.create("named", {"podTemplate": {"nodeSelector": NOWHERE}})
+        wait_until("pod", lambda: sessions.pod("named"), timeout=30)
+        wait_until("status", lambda: sessions.get("named").get("status", {}).get("phase") == "Pending")
+
+        def probed_sessions() -> bool:
+            # kopf caches probe results for 10 s, so the first answer may predate the session.
+            with urllib.request.urlopen(running.liveness_url, timeout=15) as response:
+                return bool(json.load(response)["watch"]["sessions"] == 1)
+
+        wait_until("the liveness probe counting the session", probed_sessions, timeout=30)

@@ -71,3 +71,8 @@ class OperatorConfig(BaseSettings):
     watch_stall_seconds: float = Field(default=120.0, gt=0)
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
+
+    @property
+    def watches_fixed_namespaces(self) -> bool:
+        """True when the operator serves named namespaces only (no cluster-wide watch, no glob patterns)."""
+        return bool(self.namespaces) and not any(ch in ns for ns in self.namespaces for ch in "*?[")

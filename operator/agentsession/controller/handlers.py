@@ -60,6 +60,8 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     # The reconciler posts its own Events; kopf's would repeat handler log lines as Events.
     settings.posting.level = logging.ERROR
     settings.execution.max_workers = 8
+    # Serving named namespaces needs no namespace or CRD discovery, nor the cluster-wide RBAC it would take.
+    settings.scanning.disabled = config.watches_fixed_namespaces
 
 
 async def _serve_metrics(config: OperatorConfig) -> web.AppRunner | None:
@@ -150,7 +152,9 @@ async def watch_is_live(memo: kopf.Memo, **_: Any) -> dict[str, int]:
     state = _state(memo)
     listed = {
         (item["metadata"]["namespace"], item["metadata"]["name"]): str(item["metadata"]["resourceVersion"])
-        for item in await state.kube.list_sessions(state.config.namespaces)
+        for item in await state.kube.list_sessions(
+            state.config.namespaces if state.config.watches_fixed_namespaces else None
+        )
         if _watched(item["metadata"]["namespace"], state.config.namespaces)
     }
     stalled = state.watch_health.stalled(listed, time.monotonic())

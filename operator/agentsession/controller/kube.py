@@ -73,12 +73,12 @@ class KubeApi:
             name,
         )
 
-    async def list_sessions(self, namespaces: list[str]) -> list[Manifest]:
-        """Every AgentSession in these namespaces; cluster-wide when none are named or any is a glob pattern.
+    async def list_sessions(self, namespaces: list[str] | None) -> list[Manifest]:
+        """Every AgentSession in these namespaces, or cluster-wide for None.
 
         Listing namespace by namespace keeps the operator within namespace-scoped RBAC.
         """
-        if not namespaces or any(ch in ns for ns in namespaces for ch in "*?["):
+        if namespaces is None:
             result = await self._call(
                 "list agentsessions", self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
             )

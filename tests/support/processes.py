@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,9 +99,53 @@ def operator_process(kubeconfig: str, log: Path, **settings: str) -> Iterator[Op
     )
     try:
         wait_http(running.liveness_url, 60, proc, log)
+        _warm_up(kubeconfig, json.loads(settings["namespaces"]), proc, log)
         yield running
     finally:
         stop(proc)
+
+
+def _warm_up(kubeconfig: str, patterns: list[str], proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Waits until the operator serves a namespace created after its start.
+
+    kopf discovers namespaces that match a pattern through a watch of its own; a namespace made in the first
+    moments after start-up can go unnoticed for a long while, so tests start only once one has been served.
+    """
+    from kubernetes import client, config
+
+    globbed = [p for p in patterns if p.endswith("*") and not any(ch in p[:-1] for ch in "*?[")]
+    if not globbed:
+        return
+    api = config.new_client_from_config(config_file=kubeconfig)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    namespace = f"{globbed[0][:-1]}warmup-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    try:
+        session = {
+            "apiVersion": "agentsession.dev/v1alpha1",
+            "kind": "AgentSession",
+            "metadata": {"name": "warmup"},
+            "spec": {"suspend": True},
+        }
+        custom.create_namespaced_custom_object(
+            "agentsession.dev", "v1alpha1", namespace, "agentsessions", session
+        )
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            body = custom.get_namespaced_custom_object(
+                "agentsession.dev", "v1alpha1", namespace, "agentsessions", "warmup"
+            )
+            if body.get("status", {}).get("phase"):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(
+            f"the operator did not serve namespace {namespace} within 90s:\n{log.read_text()[-4000:]}"
+        )
+    finally:
+        core.delete_namespace(namespace)
+        api.close()
 
 
 @dataclass

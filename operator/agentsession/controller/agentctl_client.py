@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any, TypeVar
 
 import aiohttp
 from pydantic import ValidationError
@@ -16,6 +17,8 @@ from agentsession.agentctl_api import (
     StatusResponse,
 )
 from agentsession.controller import metrics
+
+Answer = TypeVar("Answer", StartResponse, StatusResponse)
 
 
 class AgentctlError(RuntimeError):
@@ -38,61 +41,52 @@ class AgentctlClient:
         return self._session
 
     async def start(self, endpoint: str, token: str, request: StartRequest) -> StartResponse:
-        url = f"{endpoint.rstrip('/')}{START_PATH}"
-        started = time.monotonic()
-        outcome = "error"
-        try:
-            async with self._http().post(
-                url,
-                json=request.model_dump(exclude_none=True),
-                headers={"Authorization": f"Bearer {token}"},
-            ) as response:
-                body = await response.text()
-                if response.status != 200:
-                    raise AgentctlError(
-                        f"agentctl start at {url} answered HTTP {response.status}: {_error_text(body)}"
-                    )
-                try:
-                    result = StartResponse.model_validate_json(body)
-                except ValidationError as error:
-                    raise AgentctlError(
-                        f"agentctl start at {url} answered an unexpected body: {error}"
-                    ) from error
-                if not result.success:
-                    raise AgentctlError(f"agentctl start at {url} reported failure: {body[:500]}")
-                outcome = "ok"
-                return result
-        except (aiohttp.ClientError, TimeoutError) as error:
+        result = await self._call(
+            "start", "POST", endpoint, START_PATH, token, StartResponse, request.model_dump(exclude_none=True)
+        )
+        if not result.success:
             raise AgentctlError(
-                f"agentctl start at {url} failed: {type(error).__name__} {error}".rstrip()
-            ) from error
-        finally:
-            metrics.AGENTCTL_CALL_SECONDS.labels(call="start", outcome=outcome).observe(
-                time.monotonic() - started
+                f"agentctl start at {endpoint} reported failure: {result.model_dump_json()[:500]}"
             )
+        return result
 
     async def status(self, endpoint: str, token: str) -> StatusResponse:
-        url = f"{endpoint.rstrip('/')}{STATUS_PATH}"
+        return await self._call("status", "GET", endpoint, STATUS_PATH, token, StatusResponse)
+
+    async def _call(
+        self,
+        call: str,
+        method: str,
+        endpoint: str,
+        path: str,
+        token: str,
+        answer: type[Answer],
+        body: dict[str, Any] | None = None,
+    ) -> Answer:
+        """One authenticated call; every failure becomes an AgentctlError naming the call, the URL and why."""
+        url = f"{endpoint.rstrip('/')}{path}"
         started = time.monotonic()
         outcome = "error"
         try:
-            async with self._http().get(url, headers={"Authorization": f"Bearer {token}"}) as response:
-                body = await response.text()
+            async with self._http().request(
+                method, url, json=body, headers={"Authorization": f"Bearer {token}"}
+            ) as response:
+                text = await response.text()
                 if response.status != 200:
                     raise AgentctlError(
-                        f"agentctl status at {url} answered HTTP {response.status}: {_error_text(body)}"
+                        f"agentctl {call} at {url} answered HTTP {response.status}: {_error_text(text)}"
                     )
-                result = StatusResponse.model_validate_json(body)
+                result = answer.model_validate_json(text)
                 outcome = "ok"
                 return result
         except ValidationError as error:
-            raise AgentctlError(f"agentctl status at {url} answered an unexpected body: {error}") from error
+            raise AgentctlError(f"agentctl {call} at {url} answered an unexpected body: {error}") from error
         except (aiohttp.ClientError, TimeoutError) as error:
             raise AgentctlError(
-                f"agentctl status at {url} failed: {type(error).__name__} {error}".rstrip()
+                f"agentctl {call} at {url} failed: {type(error).__name__} {error}".rstrip()
             ) from error
         finally:
-            metrics.AGENTCTL_CALL_SECONDS.labels(call="status", outcome=outcome).observe(
+            metrics.AGENTCTL_CALL_SECONDS.labels(call=call, outcome=outcome).observe(
                 time.monotonic() - started
             )
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentsession.api.models import AcpStatus, AgentSessionStatus
-from agentsession.controller.status_mapper import Observation, map_status
+from agentsession.controller.status_mapper import Observation, latest_readiness_failure, map_status
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = "2026-01-01T11:59:50Z"
@@ -334,3 +334,20 @@ def test_pod_facts_are_reported() -> None:
     assert status.restartCount == 0
     assert status.startup is not None
     assert status.startup.agentctlReadySeconds == 10.0
+
+
+def test_only_readiness_failures_since_agentctl_started_count() -> None:
+    def event(message: str, at: str) -> dict[str, Any]:
+        return {"message": message, "lastTimestamp": at}
+
+    events = [
+        event("Startup probe failed: connection refused", "2026-01-01T12:00:05Z"),
+        event("Readiness probe failed: before the restart", "2026-01-01T11:00:00Z"),
+        event("Readiness probe failed: timeout", "2026-01-01T12:00:10Z"),
+        event("Readiness probe failed: statuscode: 503", "2026-01-01T12:00:20Z"),
+    ]
+    assert (
+        latest_readiness_failure(events, "2026-01-01T12:00:00Z") == "Readiness probe failed: statuscode: 503"
+    )
+    assert latest_readiness_failure(events[:2], "2026-01-01T12:00:00Z") is None
+    assert latest_readiness_failure([], "2026-01-01T12:00:00Z") is None

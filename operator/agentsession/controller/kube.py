@@ -121,11 +121,6 @@ class KubeApi:
             {"spec": spec},
         )
 
-    async def get_pod(self, namespace: str, name: str) -> Manifest | None:
-        return await self._call(
-            f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace
-        )
-
     async def create(self, manifest: Manifest) -> tuple[Manifest, bool]:
         """Creates a Pod, Secret or PersistentVolumeClaim, or returns the existing one: (object, created)."""
         kind = manifest["kind"]
@@ -170,25 +165,15 @@ class KubeApi:
                 f"delete pod {namespace}/{name} failed: HTTP {error.status} {_api_message(error)}"
             ) from error
 
-    async def latest_warning(
-        self, namespace: str, involved_uid: str, reason: str, prefix: str = "", since: str = ""
-    ) -> str | None:
-        """The newest Warning event `reason` about one object whose message starts with `prefix`, seen at or
-        after `since` (RFC 3339), e.g. the kubelet's failed readiness probe of the running container."""
+    async def warning_events(self, namespace: str, involved_uid: str, reason: str) -> list[Manifest]:
+        """Warning events `reason` about one object, e.g. the kubelet's Unhealthy probe reports."""
         result = await self._call(
             f"list events in {namespace}",
             self._core.list_namespaced_event,
             namespace,
             field_selector=f"involvedObject.uid={involved_uid},reason={reason},type=Warning",
         )
-        items = [
-            event
-            for event in (result or {}).get("items", [])
-            if str(event.get("message", "")).startswith(prefix) and _event_time(event) >= _parse_time(since)
-        ]
-        if not items:
-            return None
-        return str(max(items, key=_event_time)["message"])
+        return list((result or {}).get("items", []))
 
     async def post_event(
         self, involved: Manifest, event_type: str, reason: str, message: str, component: str
@@ -217,14 +202,6 @@ class KubeApi:
         except ApiException as error:
             # Events are best effort: losing one must not fail a reconcile.
             log.warning("posting event %s for %s failed: HTTP %s", reason, involved["name"], error.status)
-
-
-def _parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value) if value else datetime.min.replace(tzinfo=UTC)
-
-
-def _event_time(event: Manifest) -> datetime:
-    return _parse_time(str(event.get("lastTimestamp") or event.get("eventTime") or ""))
 
 
 def _api_message(error: ApiException) -> str:

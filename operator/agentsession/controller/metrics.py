@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from agentsession.api.models import Phase
 
 STAGE_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
 SESSIONS = Gauge("agentsession_sessions", "AgentSessions by phase, as last reconciled.", ["phase"])
+for _phase in get_args(Phase):
+    # Every phase is exported from the start, at 0, so dashboards need not guess absent series.
+    SESSIONS.labels(phase=_phase)
 STARTUP_STAGE_SECONDS = Histogram(
     "agentsession_startup_stage_seconds",
     "Seconds from pod creation to each startup stage (scheduled, agentctl_ready, acp_initialized).",

@@ -37,6 +37,7 @@ from agentsession.controller.session_ref import SessionRef
 from agentsession.controller.status_mapper import (
     Observation,
     agentctl_restart_count,
+    latest_readiness_failure,
     map_status,
     readiness_pending_since,
 )
@@ -132,9 +133,8 @@ class Reconciler:
         since = readiness_pending_since(pod) if pod is not None else None
         if pod is not None and since is not None:
             # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
-            message = await self._kube.latest_warning(
-                namespace, pod["metadata"]["uid"], "Unhealthy", prefix="Readiness probe failed", since=since
-            )
+            events = await self._kube.warning_events(namespace, pod["metadata"]["uid"], "Unhealthy")
+            message = latest_readiness_failure(events, since)
             if message:
                 observation = replace(observation, probe_message=message)
                 status = map_status(observation)
@@ -305,17 +305,16 @@ class Reconciler:
                 metrics.STARTUP_STAGE_SECONDS.labels(stage=stage).observe(value)
 
     def _set_phase(self, key: tuple[str, str], phase: Phase | None) -> None:
-        if phase is None:
-            self._phases.pop(key, None)
-        else:
+        before = self._phases.pop(key, None)
+        if phase is not None:
             self._phases[key] = phase
-        counts: dict[str, int] = dict.fromkeys(
-            ("Suspended", "Pending", "Starting", "Ready", "Failed", "Terminating"), 0
-        )
-        for value in self._phases.values():
-            counts[value] += 1
-        for phase_name, count in counts.items():
-            metrics.SESSIONS.labels(phase=phase_name).set(count)
+        if before == phase:
+            return
+        # Only a change of phase moves the gauges; most reconciles leave it as it was.
+        if before is not None:
+            metrics.SESSIONS.labels(phase=before).dec()
+        if phase is not None:
+            metrics.SESSIONS.labels(phase=phase).inc()
 
 
 def _previous_status(body: Manifest) -> AgentSessionStatus:

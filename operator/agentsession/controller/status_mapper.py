@@ -44,6 +44,7 @@ FAILED_REASONS = frozenset(
         "DeadlineExceeded",
     }
 )
+READINESS_FAILED = "Readiness probe failed"
 PENDING_REASONS = frozenset({"PodNotCreated", "PodDeleted", "Pending", "Unschedulable"} | IMAGE_PULL_REASONS)
 
 
@@ -85,6 +86,20 @@ def container_status(pod: Manifest, name: str, *, init: bool) -> Manifest | None
 def agentctl_restart_count(pod: Manifest) -> int:
     status = container_status(pod, AGENTCTL_CONTAINER, init=True)
     return int(status.get("restartCount", 0)) if status else 0
+
+
+def latest_readiness_failure(events: list[Manifest], since: str) -> str | None:
+    """The newest kubelet "Readiness probe failed" message among `events` at or after `since` (when the
+    running agentctl started), so failures of the startup probe or of an earlier run do not count."""
+    start = _parse_time(since)
+    failures = [
+        (moment, str(event["message"]))
+        for event in events
+        if str(event.get("message", "")).startswith(READINESS_FAILED)
+        and (moment := _parse_time(event.get("lastTimestamp") or event.get("eventTime"))) is not None
+        and (start is None or moment >= start)
+    ]
+    return max(failures)[1] if failures else None
 
 
 def readiness_pending_since(pod: Manifest) -> str | None:

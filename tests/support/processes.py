@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,19 +25,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
+def wait_for(
+    what: str, probe: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes], log: Path
+) -> None:
+    """Polls `probe` while the process lives; the process's log tail goes with any failure."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            raise RuntimeError(f"{what}: process exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        if probe():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{what}: not within {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
+    def answers() -> bool:
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
+                return bool(response.status == 200)
         except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer 200 within {timeout}s:\n{log.read_text()[-4000:]}")
+            return False
+
+    wait_for(f"{url} answering 200", answers, timeout, proc, log)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -130,19 +140,14 @@ def _warm_up(kubeconfig: str, patterns: list[str], proc: subprocess.Popen[bytes]
         custom.create_namespaced_custom_object(
             "agentsession.dev", "v1alpha1", namespace, "agentsessions", session
         )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"operator exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+
+        def served() -> bool:
             body = custom.get_namespaced_custom_object(
                 "agentsession.dev", "v1alpha1", namespace, "agentsessions", "warmup"
             )
-            if body.get("status", {}).get("phase"):
-                return
-            time.sleep(0.2)
-        raise TimeoutError(
-            f"the operator did not serve namespace {namespace} within 90s:\n{log.read_text()[-4000:]}"
-        )
+            return bool(body.get("status", {}).get("phase"))
+
+        wait_for(f"the operator serving namespace {namespace}", served, 90, proc, log)
     finally:
         core.delete_namespace(namespace)
         api.close()

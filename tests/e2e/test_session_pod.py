@@ -63,9 +63,13 @@ def test_session_pod_becomes_ready_through_the_kubelet_probe(
     agentctl = next(s for s in pod.status.init_container_statuses if s.name == "agentctl")
     assert agentctl.ready is True
     assert status["podIP"] == pod.status.pod_ip
-    reasons = [e.reason for e in sessions.events("real")]
-    for expected in ("PodCreated", "Scheduled", "ProbeSucceeded", "Initialized", "Ready"):
-        assert expected in reasons
+    wait_until(
+        "events of each stage",
+        lambda: sessions.has_events(
+            "real", "PodCreated", "Scheduled", "ProbeSucceeded", "Initialized", "Ready"
+        ),
+        timeout=30,
+    )
 
     if Path(kubeconfig) != LOCAL_KUBECONFIG:
         pytest.skip("freezing agentctl needs the node's processes: only on the local cluster")

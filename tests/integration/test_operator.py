@@ -99,9 +99,11 @@ def test_readiness_reaches_status_start_is_called_and_restart_resumes(
         assert status["acp"]["agentctlRestartCount"] == 1
         assert user_prompts(history(agentctl, token)) == ["first words"]
 
-    reasons = [event.reason for event in sessions.events("beta")]
-    for expected in ("PodCreated", "ProbeSucceeded", "Initialized", "Ready"):
-        assert expected in reasons
+    wait_until(
+        "events of each stage",
+        lambda: sessions.has_events("beta", "PodCreated", "ProbeSucceeded", "Initialized", "Ready"),
+        timeout=30,
+    )
 
 
 def test_start_failure_is_reported_and_retried(
@@ -198,9 +200,7 @@ def test_pod_deleted_behind_the_operators_back_is_recreated(
         return pod if pod.metadata.uid != first.metadata.uid else None
 
     wait_until("a replacement pod", replaced, timeout=30)
-    wait_until(
-        "a PodDeleted event", lambda: "PodDeleted" in [e.reason for e in sessions.events("zeta")], timeout=30
-    )
+    wait_until("a PodDeleted event", lambda: sessions.has_events("zeta", "PodDeleted"), timeout=30)
 
 
 def test_delete_garbage_collects_every_child(operator: OperatorProcess, sessions: Sessions) -> None:
@@ -283,9 +283,11 @@ def test_evicted_pod_is_replaced(operator: OperatorProcess, sessions: Sessions) 
         return pod if pod.metadata.uid != first.metadata.uid else None
 
     wait_until("a replacement pod", replaced, timeout=60)
-    reasons = [e.reason for e in sessions.events("kappa")]
-    assert "ReplacingFailedPod" in reasons
-    assert "Evicted" in reasons
+    wait_until(
+        "ReplacingFailedPod and Evicted events",
+        lambda: sessions.has_events("kappa", "ReplacingFailedPod", "Evicted"),
+        timeout=30,
+    )
 
 
 def test_max_duration_suspends_the_session(operator: OperatorProcess, sessions: Sessions) -> None:
@@ -297,7 +299,9 @@ def test_max_duration_suspends_the_session(operator: OperatorProcess, sessions: 
     )
     wait_until("spec.suspend set", lambda: sessions.get("lambda")["spec"]["suspend"], timeout=30)
     wait_until("Suspended=True", lambda: sessions.has_condition("lambda", "Suspended", "True"), timeout=30)
-    assert "MaxDurationReached" in [e.reason for e in sessions.events("lambda")]
+    wait_until(
+        "a MaxDurationReached event", lambda: sessions.has_events("lambda", "MaxDurationReached"), timeout=30
+    )
 
 
 def test_pod_template_change_replaces_the_pod_but_a_title_change_does_not(
@@ -320,7 +324,7 @@ def test_pod_template_change_replaces_the_pod_but_a_title_change_does_not(
     second = wait_until("a replacement pod", replaced, timeout=60)
     env = {e.name: e.value for e in second.spec.containers[0].env}
     assert env["LOG_LEVEL"] == "debug"
-    assert "PodSpecChanged" in [e.reason for e in sessions.events("mu")]
+    wait_until("a PodSpecChanged event", lambda: sessions.has_events("mu", "PodSpecChanged"), timeout=30)
 
 
 def test_idle_timeout_suspends_an_idle_agent(
@@ -333,4 +337,4 @@ def test_idle_timeout_suspends_an_idle_agent(
         wait_until("Ready=True", lambda: sessions.has_condition("nu", "Ready", "True"), timeout=30)
         wait_until("suspended when idle", lambda: sessions.get("nu")["spec"]["suspend"], timeout=30)
     wait_until("Suspended=True", lambda: sessions.has_condition("nu", "Suspended", "True"), timeout=30)
-    assert "IdleTimeout" in [e.reason for e in sessions.events("nu")]
+    wait_until("an IdleTimeout event", lambda: sessions.has_events("nu", "IdleTimeout"), timeout=30)

@@ -70,6 +70,14 @@ class Sessions:
         )
         return list(events.items)
 
+    def has_events(self, name: str, *reasons: str) -> list[str] | None:
+        """Every event reason of the session once all of `reasons` are among them, else None.
+
+        The operator posts events after it writes status, so a test that has just seen a condition polls this.
+        """
+        seen = [event.reason for event in self.events(name)]
+        return seen if set(reasons) <= set(seen) else None
+
     def play_kubelet(
         self, name: str, *, agentctl_ready: bool, started: bool = True, restarts: int = 0
     ) -> None:

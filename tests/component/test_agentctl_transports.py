@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from typing import Any
 
 import aiohttp
 import pytest
 
 from tests.component.conftest import (
+    DEFAULT_WAIT,
     Agentctl,
     FifoAgent,
     frames_until,
@@ -127,6 +130,49 @@ async def test_fifo_agent_restart_is_detected_and_resumed(fifo_agentctl: tuple[A
     ]
     assert users == ["before restart", "after restart"]
     assert [e["seq"] for e in history] == list(range(1, len(history) + 1))
+
+
+# Holds agent.in for reading after agent.out is closed, as an exiting process may: agentctl can attach to it and
+# queue requests that nobody will read.
+GHOST_AGENT = """
+import os, sys, time
+fifo_dir = sys.argv[1]
+stdin = os.open(os.path.join(fifo_dir, "agent.in"), os.O_RDONLY)
+os.close(os.open(os.path.join(fifo_dir, "agent.out"), os.O_WRONLY))
+time.sleep(1.0)
+os.close(stdin)
+"""
+
+
+async def test_fifo_reader_that_dies_after_attach_is_an_exit(
+    fifo_agentctl: tuple[Agentctl, FifoAgent],
+) -> None:
+    ctl, agent = fifo_agentctl
+    _, start = await ctl.post("/api/v1/start", {"prompt": "before the ghost"})
+    await ctl.wait_turn_end()
+    await agent.kill()
+
+    async def reattaching() -> int | None:
+        st = await ctl.status()
+        return int(st["attachments"]) if st["state"] in ("error", "starting") else None
+
+    attachments = await wait_until(reattaching, "agentctl to wait for a new agent")
+    ghost = await asyncio.create_subprocess_exec(sys.executable, "-c", GHOST_AGENT, str(agent.fifo_dir))
+    assert await asyncio.wait_for(ghost.wait(), DEFAULT_WAIT) == 0
+    st = await ctl.status()
+    assert st["attachments"] > attachments, "the ghost was never attached: the test proves nothing"
+    assert st["state"] != "running"
+
+    # Requests written to the ghost are not left behind: the real agent gets a fresh initialize and resumes.
+    await agent.start()
+
+    async def resumed() -> dict[str, Any] | None:
+        st = await ctl.status()
+        return st if st["state"] == "running" and st["acp"]["session_id"] == start["session_id"] else None
+
+    await wait_until(resumed, "agentctl to attach to the real agent and resume the session")
+    status, result = await ctl.post("/api/v1/acp/prompt", {"prompt": "after the ghost"})
+    assert (status, result) == (200, {"stopReason": "end_turn"})
 
 
 async def test_stream_resume_after_seq(agentctl: Agentctl) -> None:

@@ -250,7 +250,7 @@ class AgentBridge:
         self.metrics.agent_attachments.inc()
         self._garbage_reports = 0
         self._stop_requested = False
-        self.state = "running"
+        # "running" waits for the agent's answer to initialize: an open pipe alone does not prove an agent.
         self._spawn(self._watch(channel, conn), "agentctl.watch")
         return conn
 
@@ -271,7 +271,12 @@ class AgentBridge:
         self.state = "error"
         what = "agent exited during a turn" if turn_was_running else "agent exited"
         self._record_error(f"{what}: {reason}", "agent_exited")
-        if self.transport.name == "fifo" and self._resume_wanted:
+        # An exit seen while a re-attach is already trying (its pipes broke) must not start a second one.
+        if (
+            self.transport.name == "fifo"
+            and self._resume_wanted
+            and (self._reattach is None or self._reattach.done())
+        ):
             self._reattach = self._spawn(self._reattach_loop(), "agentctl.reattach")
 
     async def _reattach_loop(self) -> None:
@@ -283,7 +288,20 @@ class AgentBridge:
                 return
             except ApiError as exc:
                 log.warning("re-attach failed: %s", exc.message)
+                await self._abandon_unanswered()
                 await asyncio.sleep(REATTACH_DELAY)
+
+    async def _abandon_unanswered(self) -> None:
+        """Let go of pipes whose reader never answered initialize: the next attempt opens them afresh and
+        waits for an agent that is really there, instead of queueing more requests to one that is not."""
+        async with self._op_lock:
+            conn = self._conn
+            if conn is None or self.acp.initialized:
+                return
+            self._conn = self._channel = None
+            with contextlib.suppress(Exception):
+                await conn.close()
+            await self.transport.detach(stop_agent=False)
 
     def _reset_acp(self) -> None:
         self.acp = AcpState()
@@ -333,16 +351,22 @@ class AgentBridge:
 
     async def initialize(self, protocol_version: int = PROTOCOL_VERSION) -> dict[str, Any]:
         conn = await self._attach(self.config.attach_timeout)
-        resp = await self._call(
-            "initialize",
-            conn.initialize(
-                protocol_version=protocol_version,
-                client_capabilities=ClientCapabilities(
-                    fs=FileSystemCapabilities(read_text_file=False, write_text_file=False), terminal=False
+        try:
+            resp = await self._call(
+                "initialize",
+                conn.initialize(
+                    protocol_version=protocol_version,
+                    client_capabilities=ClientCapabilities(
+                        fs=FileSystemCapabilities(read_text_file=False, write_text_file=False), terminal=False
+                    ),
+                    client_info=Implementation(name="agentctl", title="agentctl", version=__version__),
                 ),
-                client_info=Implementation(name="agentctl", title="agentctl", version=__version__),
-            ),
-        )
+            )
+        except ApiError as exc:
+            self.state = "error"
+            self.last_error, self.last_error_at = exc.message, utc_now()
+            raise
+        self.state = "running"
         self.acp.initialized = True
         self.acp.protocol_version = resp.protocol_version
         self.acp.agent_info = _dump(resp.agent_info) if resp.agent_info else None

@@ -4,6 +4,10 @@ Open order that cannot deadlock: agent.out is opened for reading with O_NONBLOCK
 read side reports EOF only after a writer came and went), then agent.in is opened for writing with O_NONBLOCK,
 which fails with ENXIO until the agent's shell has opened it for reading. The kernel gives no notification
 when a FIFO gains a reader, so that second step polls.
+
+The agent is gone when either pipe says so: its stdout closing, or its stdin losing its reader. The second
+matters because an exiting process may release stdout before stdin, so an attach right after an exit can
+open agent.in against that dying reader; the input side then breaks, and is reported as the agent's exit.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ class FifoTransport(AgentTransport):
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(rfd, "rb", buffering=0)
         )
         write_transport, write_protocol = await loop.connect_write_pipe(
-            FlowControlMixin, os.fdopen(wfd, "wb", buffering=0)
+            lambda: _AgentInput(reader), os.fdopen(wfd, "wb", buffering=0)
         )
         writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
         self._writer, self._read_transport = writer, read_transport
@@ -98,3 +102,15 @@ class FifoTransport(AgentTransport):
 
     def describe(self) -> dict[str, Any]:
         return {"transport": self.name, "fifo_dir": str(self._dir)}
+
+
+class _AgentInput(FlowControlMixin):
+    """The write side of agent.in; when it breaks, the agent's output is ended too, so readers see one exit."""
+
+    def __init__(self, output: asyncio.StreamReader) -> None:
+        super().__init__()
+        self._output = output
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._output.feed_eof()

@@ -169,6 +169,7 @@ class HistoryResponse(BaseModel):
 
     updates: list[JournalEntry]
     last_seq: int
+    journal_id: str
 
 
 class AcpActivity(BaseModel):

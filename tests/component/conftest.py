@@ -133,9 +133,14 @@ class Agentctl:
 
 
 async def launch(
-    workdir: Path, http: aiohttp.ClientSession, *args: str, log_path: Path | None = None, token: str = TOKEN
+    workdir: Path,
+    http: aiohttp.ClientSession,
+    *args: str,
+    log_path: Path | None = None,
+    token: str = TOKEN,
+    port: int | None = None,
 ) -> Agentctl:
-    port = free_port()
+    port = port or free_port()
     log_path = log_path or workdir.parent / f"agentctl-{port}.log"
     cmd = [
         str(VENV_BIN / "agentctl"),

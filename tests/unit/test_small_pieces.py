@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from agentsession.agentctl.journal import Journal
 from agentsession.agentctl_api import StatusResponse
 from agentsession.api.models import AgentSessionStatus, Condition
 from agentsession.controller.durations import parse_duration
@@ -140,3 +142,25 @@ def _report(turn: bool = False, pending: int = 0, last: str = "2026-01-01T00:00:
 def test_seconds_until_idle(report: StatusResponse, seconds_later: int, remaining: float) -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds_later)
     assert seconds_until_idle(60, report, now) == remaining
+
+
+def test_journal_identity_lives_and_dies_with_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.append("session_update", {"n": 1})
+    first_id = journal.id
+    journal.close()
+    with path.open("a") as f:
+        f.write('{"seq": 2, "timest')  # a crash mid-append
+
+    reopened = Journal(path)
+    assert reopened.id == first_id
+    assert reopened.last_seq == 1
+    assert reopened.append("turn_end", {})["seq"] == 2
+    reopened.close()
+
+    path.unlink()  # a fresh workspace: same place, another journal
+    fresh = Journal(path)
+    assert fresh.id != first_id
+    assert fresh.last_seq == 0
+    fresh.close()

@@ -2,6 +2,8 @@
 
 Each line is one JSON entry `{"seq", "timestamp", "kind", "notification"}`. The file outlives agentctl and the
 agent, so `seq` continues where the last process stopped and a reader can ask for everything after a seq.
+A random id, kept beside the file and new whenever the file is, lets a reader that remembers a seq tell the
+journal it followed from a fresh one (a new workspace) whose seqs start again at 1.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self._path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._id = self._identity(fresh=not path.exists())
         self._last_seq, self._last_timestamp = self._recover()
         # Appends are a few hundred bytes; a synchronous write to the page cache is cheaper than a thread hop
         # and keeps the order of entries identical to the order of the agent's messages.
@@ -33,6 +37,10 @@ class Journal:
         return self._path
 
     @property
+    def id(self) -> str:
+        return self._id
+
+    @property
     def last_seq(self) -> int:
         return self._last_seq
 
@@ -40,6 +48,24 @@ class Journal:
     def last_timestamp(self) -> str | None:
         """When the newest entry was written: the last thing the agent or a user did in the session."""
         return self._last_timestamp
+
+    def _identity(self, fresh: bool) -> str:
+        id_path = self._path.with_name(self._path.name + ".id")
+        if not fresh:
+            try:
+                return id_path.read_text(encoding="utf-8").strip() or self._new_identity(id_path)
+            except FileNotFoundError:
+                pass
+        return self._new_identity(id_path)
+
+    @staticmethod
+    def _new_identity(id_path: Path) -> str:
+        value = uuid.uuid4().hex
+        # Written whole or not at all: a torn id would look like a new journal to every reader.
+        partial = id_path.with_name(id_path.name + ".tmp")
+        partial.write_text(value + "\n", encoding="utf-8")
+        partial.replace(id_path)
+        return value
 
     def _recover(self) -> tuple[int, str | None]:
         """Find the last seq, dropping a torn final line left by a crash mid-write."""

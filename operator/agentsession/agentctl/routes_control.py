@@ -37,6 +37,7 @@ async def status(request: web.Request) -> web.Response:
                 "shell": s.clients.shell,
             },
             "last_seq": s.journal.last_seq,
+            "journal_id": s.journal.id,
             "last_activity_at": s.last_activity_at(),
             "uptime_seconds": round(time.monotonic() - s.started, 3),
             "timestamp": utc_now(),
@@ -86,7 +87,7 @@ async def history(request: web.Request) -> web.Response:
     entries = await asyncio.to_thread(
         s.journal.read, after, upto, min(limit or HISTORY_PAGE_MAX, HISTORY_PAGE_MAX)
     )
-    return json_ok({"updates": entries, "last_seq": upto})
+    return json_ok({"updates": entries, "last_seq": upto, "journal_id": s.journal.id})
 
 
 @routes.get("/metrics")

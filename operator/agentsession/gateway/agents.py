@@ -69,6 +69,7 @@ class Runtime:
     endpoint_key: tuple[str, str] | None = None  # (endpoint, podUID) the stream follows
     # Survives stream restarts: the journal lives on the workspace and outlives agentctl restarts.
     last_seq: int | None = None
+    journal_id: str | None = None
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     last_info: dict[str, Any] | None = None
     shell: ShellStream | None = None
@@ -226,7 +227,7 @@ class AgentRegistry:
                 on_status=lambda status: self._on_agentctl_status(rt, status),
                 on_connected=lambda up: self._on_connected(rt, up),
             )
-            rt.stream.last_seq = rt.last_seq
+            rt.stream.last_seq, rt.stream.journal_id = rt.last_seq, rt.journal_id
             rt.stream.start()
             rt.endpoint_key = wanted
 
@@ -238,7 +239,7 @@ class AgentRegistry:
     async def _stop_streams(self, rt: Runtime) -> None:
         if rt.stream:
             await rt.stream.stop()
-            rt.last_seq = rt.stream.last_seq
+            rt.last_seq, rt.journal_id = rt.stream.last_seq, rt.stream.journal_id
             rt.stream = None
         if rt.shell:
             await rt.shell.stop()

@@ -2,7 +2,8 @@
 
 One update stream per agent per replica, whatever the number of clients: entries are fanned out by the
 registry. The stream resumes with `?after=<last seq>` so a dropped connection or a restarted agentctl loses
-nothing and repeats nothing; if agentctl's journal restarted from zero (a fresh workspace), it starts over.
+nothing and repeats nothing; if agentctl serves another journal than the one followed (a fresh workspace,
+told by its `journal_id`), its seqs are all new and the stream starts over from the first.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class UpdateStream:
     ) -> None:
         self.client = client
         self.last_seq: int | None = None
+        self.journal_id: str | None = None
         self._on_entry = on_entry
         self._on_status = on_status
         self._on_connected = on_connected
@@ -154,10 +156,13 @@ class UpdateStream:
     async def _follow(self) -> None:
         status = await self.client.status()
         journal_end = int(status.get("last_seq") or 0)
-        if self.last_seq is None or journal_end < self.last_seq:
-            # First contact starts at the journal's end (clients get history on initialize); a shorter journal
-            # than we have seen means a fresh workspace, whose entries are all new.
-            self.last_seq = journal_end if self.last_seq is None else 0
+        journal_id = status.get("journal_id")
+        if self.last_seq is None:
+            # First contact starts at the journal's end: clients get the history on initialize.
+            self.last_seq = journal_end
+        elif journal_end < self.last_seq or (self.journal_id is not None and journal_id != self.journal_id):
+            self.last_seq = 0
+        self.journal_id = journal_id if isinstance(journal_id, str) else None
         self._on_status(status)
         async with self.client.http.ws_connect(
             self.client.ws_url(f"{STREAM_PATH}?after={self.last_seq}"),

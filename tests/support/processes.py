@@ -116,10 +116,9 @@ def operator_process(kubeconfig: str, log: Path, **settings: str) -> Iterator[Op
 
 
 def _warm_up(kubeconfig: str, patterns: list[str], proc: subprocess.Popen[bytes], log: Path) -> None:
-    """Waits until the operator serves a namespace created after its start.
+    """Waits until the operator serves a namespace created right after its start.
 
-    kopf discovers namespaces that match a pattern through a watch of its own; a namespace made in the first
-    moments after start-up can go unnoticed for a long while, so tests start only once one has been served.
+    That is the moment kopf alone would miss (see `namespace_listing`), and tests begin on a serving operator.
     """
     from kubernetes import client, config
 

@@ -7,7 +7,10 @@ import logging
 
 import kopf
 
-from agentsession.controller import handlers  # noqa: F401
+from agentsession.controller import (
+    handlers,  # noqa: F401  (importing registers the handlers)
+    namespace_listing,
+)
 from agentsession.controller.config import OperatorConfig
 
 
@@ -29,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.verbose:
         # kopf reports every handler success at INFO; the reconciler's own logs and Events say what matters.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    namespace_listing.install()
     liveness = f"http://{args.liveness_host}:{args.liveness_port}/healthz" if args.liveness_port else None
     kopf.run(
         clusterwide=not config.namespaces,

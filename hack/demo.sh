@@ -241,7 +241,7 @@ step "Events of agentsession/$SESSION"
 # By uid: Events of an earlier session of the same name (a previous run) stay until they expire.
 uid="$(kubectl -n "$DEMO_NS" get agentsession "$SESSION" -o jsonpath='{.metadata.uid}')"
 kubectl -n "$DEMO_NS" get events --field-selector "involvedObject.uid=$uid" \
-  --sort-by=.lastTimestamp -o custom-columns='TYPE:.type,REASON:.reason,MESSAGE:.message' | sed 's/^/    /'
+  --sort-by=.metadata.name -o custom-columns='TYPE:.type,REASON:.reason,MESSAGE:.message' | sed 's/^/    /'
 
 step "Demo done in $((SECONDS - START))s"
 say "kubectl -n $DEMO_NS describe ags $SESSION    # conditions and Events"

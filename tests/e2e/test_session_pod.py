@@ -63,13 +63,11 @@ def test_session_pod_becomes_ready_through_the_kubelet_probe(
     agentctl = next(s for s in pod.status.init_container_statuses if s.name == "agentctl")
     assert agentctl.ready is True
     assert status["podIP"] == pod.status.pod_ip
-    wait_until(
-        "events of each stage",
-        lambda: sessions.has_events(
-            "real", "PodCreated", "Scheduled", "ProbeSucceeded", "Initialized", "Ready"
-        ),
-        timeout=30,
-    )
+    stages = ("PodCreated", "Scheduled", "ProbeSucceeded", "Initialized", "Ready")
+    reasons = wait_until("events of each stage", lambda: sessions.has_events("real", *stages), timeout=30)
+    # The API lists events by name, and their names keep the order they were posted in.
+    first_seen = [reasons.index(stage) for stage in stages]
+    assert first_seen == sorted(first_seen), reasons
 
     if Path(kubeconfig) != LOCAL_KUBECONFIG:
         pytest.skip("freezing agentctl needs the node's processes: only on the local cluster")

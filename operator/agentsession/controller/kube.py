@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -180,10 +181,13 @@ class KubeApi:
     ) -> None:
         now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         namespace = involved["namespace"]
+        # Named like client-go's recorder (name.<unix nanoseconds in hex>): timestamps keep only seconds, and the
+        # name keeps a session's events in the order they happened.
+        name = f"{involved['name']}.{time.time_ns():x}"
         body: Any = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "involvedObject": involved,
             "type": event_type,
             "reason": reason,

@@ -141,15 +141,19 @@ def _readyz_error(kubeconfig: str) -> str | None:
         api.close()
 
 
-@pytest.fixture(scope="session")
-def kubectl() -> str:
-    """Path of a kubectl binary: the one hack/tools/install.sh installs, else the first on PATH."""
-    cached = CACHE_DIR / "bin" / "kubectl"
-    path = str(cached) if os.access(cached, os.X_OK) else shutil.which("kubectl")
+def installed_tool(name: str) -> str:
+    """Path of a binary: the one hack/tools/install.sh installs, else the first on PATH, else unavailable."""
+    cached = CACHE_DIR / "bin" / name
+    path = str(cached) if os.access(cached, os.X_OK) else shutil.which(name)
     if not path:
-        _unavailable("no kubectl: run hack/tools/install.sh")
+        _unavailable(f"no {name}: run hack/tools/install.sh")
     assert path
     return path
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> str:
+    return installed_tool("kubectl")
 
 
 @pytest.fixture(scope="session")

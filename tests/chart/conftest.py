@@ -6,8 +6,6 @@ under `CI` or `AGENTSESSION_REQUIRE_CLUSTER=1` they fail, so a missing tool neve
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import CACHE_DIR, REPO_ROOT, _unavailable
+from tests.conftest import REPO_ROOT, installed_tool
 
 CHART = REPO_ROOT / "charts" / "agentsession"
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
@@ -26,12 +24,7 @@ Manifest = dict[str, Any]
 
 @pytest.fixture(scope="session")
 def helm() -> str:
-    cached = CACHE_DIR / "bin" / "helm"
-    path = str(cached) if os.access(cached, os.X_OK) else shutil.which("helm")
-    if not path:
-        _unavailable("no helm: run hack/tools/install.sh")
-    assert path
-    return path
+    return installed_tool("helm")
 
 
 def run_helm(

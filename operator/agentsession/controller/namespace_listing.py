@@ -11,27 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kopf._cogs.structs import bodies, references
+from kopf._cogs.structs import bodies
 from kopf._core.reactor import observation
 
 _process_namespace_event = observation.process_discovered_namespace_event
 
 
-async def _process_namespace_event_or_listing(
-    *,
-    raw_event: bodies.RawEvent,
-    namespaces: Any,
-    insights: references.Insights,
-    **kwargs: Any,
-) -> None:
+async def _process_namespace_event_or_listing(*, raw_event: bodies.RawEvent, **kwargs: Any) -> None:
     if raw_event["type"] is None:
-        async with insights.revised:
-            observation.revise_namespaces(
-                raw_bodies=[raw_event["object"]], insights=insights, namespaces=namespaces
-            )
-            insights.revised.notify_all()
-        return
-    await _process_namespace_event(raw_event=raw_event, namespaces=namespaces, insights=insights, **kwargs)
+        # A listed namespace counts as added: revise_namespaces() reads a deletion from the object itself.
+        raw_event = {"type": "ADDED", "object": raw_event["object"]}
+    await _process_namespace_event(raw_event=raw_event, **kwargs)
 
 
 def install() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from agentsession.gateway.upstream import AgentctlClient, UpdateStream
+from agentsession.gateway.upstream import AgentctlClient, JournalPosition, UpdateStream
 from tests.component.conftest import TOKEN, Agentctl, launch, wait_until
 
 
@@ -33,11 +33,12 @@ async def test_a_fresh_journal_is_followed_from_its_start(
     seen: list[dict[str, Any]] = []
     stream = UpdateStream(
         AgentctlClient(http, first.base, TOKEN),
+        # Follow from the first entry, as after an initialize that returned no history.
+        JournalPosition(seq=0),
         on_entry=seen.append,
         on_status=lambda status: None,
         on_connected=lambda up: None,
     )
-    stream.last_seq = 0  # follow from the first entry, as after an initialize that returned no history
     stream.start()
     try:
         old = await journal_of(first, ["one"])

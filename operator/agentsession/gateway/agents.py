@@ -32,7 +32,7 @@ from agentsession.gateway.events import (
 )
 from agentsession.gateway.kube import KubeClient, KubeError
 from agentsession.gateway.status import LiveState, agent_id, agent_info, condition_true, is_suspended
-from agentsession.gateway.upstream import AgentctlClient, ShellStream, UpdateStream
+from agentsession.gateway.upstream import AgentctlClient, JournalPosition, ShellStream, UpdateStream
 from agentsession.gateway.watch_cache import Key, Manifest, SessionCache
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,7 @@ class Runtime:
     stream: UpdateStream | None = None
     endpoint_key: tuple[str, str] | None = None  # (endpoint, podUID) the stream follows
     # Survives stream restarts: the journal lives on the workspace and outlives agentctl restarts.
-    last_seq: int | None = None
-    journal_id: str | None = None
+    position: JournalPosition = field(default_factory=JournalPosition)
     connected: asyncio.Event = field(default_factory=asyncio.Event)
     last_info: dict[str, Any] | None = None
     shell: ShellStream | None = None
@@ -223,11 +222,11 @@ class AgentRegistry:
             rt.client = AgentctlClient(self.http, endpoint, token)
             rt.stream = UpdateStream(
                 rt.client,
+                rt.position,
                 on_entry=lambda entry: self._on_entry(rt, entry),
                 on_status=lambda status: self._on_agentctl_status(rt, status),
                 on_connected=lambda up: self._on_connected(rt, up),
             )
-            rt.stream.last_seq, rt.stream.journal_id = rt.last_seq, rt.journal_id
             rt.stream.start()
             rt.endpoint_key = wanted
 
@@ -239,7 +238,6 @@ class AgentRegistry:
     async def _stop_streams(self, rt: Runtime) -> None:
         if rt.stream:
             await rt.stream.stop()
-            rt.last_seq, rt.journal_id = rt.stream.last_seq, rt.stream.journal_id
             rt.stream = None
         if rt.shell:
             await rt.shell.stop()

@@ -14,6 +14,7 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -107,19 +108,27 @@ def _backoff(failures: int, cap: float = 5.0) -> float:
     return float(min(cap, 0.1 * 2.0 ** min(failures, 8))) * random.uniform(0.5, 1.0)
 
 
+@dataclass
+class JournalPosition:
+    """How far one agent's journal has been delivered; it outlives the streams that advance it."""
+
+    seq: int | None = None  # None until first contact
+    journal_id: str | None = None
+
+
 class UpdateStream:
     """Follows agentctl's journal over `WS /api/v1/acp/stream`, delivering each seq exactly once."""
 
     def __init__(
         self,
         client: AgentctlClient,
+        position: JournalPosition,
         on_entry: Callable[[Manifest], None],
         on_status: Callable[[Manifest], None],
         on_connected: Callable[[bool], None],
     ) -> None:
         self.client = client
-        self.last_seq: int | None = None
-        self.journal_id: str | None = None
+        self.position = position
         self._on_entry = on_entry
         self._on_status = on_status
         self._on_connected = on_connected
@@ -157,15 +166,16 @@ class UpdateStream:
         status = await self.client.status()
         journal_end = int(status.get("last_seq") or 0)
         journal_id = status.get("journal_id")
-        if self.last_seq is None:
+        at = self.position
+        if at.seq is None:
             # First contact starts at the journal's end: clients get the history on initialize.
-            self.last_seq = journal_end
-        elif journal_end < self.last_seq or (self.journal_id is not None and journal_id != self.journal_id):
-            self.last_seq = 0
-        self.journal_id = journal_id if isinstance(journal_id, str) else None
+            at.seq = journal_end
+        elif journal_end < at.seq or (at.journal_id is not None and journal_id != at.journal_id):
+            at.seq = 0
+        at.journal_id = journal_id if isinstance(journal_id, str) else None
         self._on_status(status)
         async with self.client.http.ws_connect(
-            self.client.ws_url(f"{STREAM_PATH}?after={self.last_seq}"),
+            self.client.ws_url(f"{STREAM_PATH}?after={at.seq}"),
             headers=self.client.headers,
             heartbeat=15.0,
             max_msg_size=16 * 1024 * 1024,
@@ -176,9 +186,9 @@ class UpdateStream:
                     break
                 frame = json.loads(msg.data)
                 seq = frame.get("seq")
-                if not isinstance(seq, int) or seq <= self.last_seq:
+                if not isinstance(seq, int) or seq <= at.seq:
                     continue
-                self.last_seq = seq
+                at.seq = seq
                 self._on_entry(frame)
 
     def _set_connected(self, value: bool) -> None:

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from agentsession.api.models import AgentSessionSpec
+from agentsession.api.models import AgentSessionSpec, CABundleSource
 from agentsession.controller.config import AgentProfile, OperatorConfig
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
@@ -83,8 +83,23 @@ def test_demo_agent_runs_from_the_operator_image_by_default() -> None:
 
 
 def test_known_agent_without_an_image_is_a_spec_error_that_says_what_to_set() -> None:
+    config = CONFIG.model_copy(update={"agent_profiles": {"codex": AgentProfile(command=["codex-acp"])}})
     with pytest.raises(SpecError, match=r"set spec.agent.image"):
-        pod_for({"agent": {"type": "codex"}})
+        pod_for({"agent": {"type": "codex"}}, config)
+
+
+@pytest.mark.parametrize(
+    ("kind", "image", "command"),
+    [
+        ("claude-code", "agentsession-claude-code:dev", ["claude-agent-acp"]),
+        ("codex", "agentsession-codex:dev", ["codex-acp"]),
+        ("gemini", "agentsession-gemini:dev", ["gemini", "--experimental-acp"]),
+    ],
+)
+def test_known_agents_run_the_project_images_by_default(kind: str, image: str, command: list[str]) -> None:
+    agent = container(pod_for({"agent": {"type": kind}}), "agent")
+    assert agent["image"] == image
+    assert agent["command"][4:] == command
 
 
 def test_profile_image_and_args_apply_to_known_agents() -> None:
@@ -156,3 +171,87 @@ def test_spec_hash_changes_with_the_pod_and_not_with_prompt_or_title() -> None:
 
     assert digest({}) == digest({"prompt": "hello", "title": "t", "mode": "code"})
     assert digest({}) != digest({"agent": {"env": [{"name": "A", "value": "1"}]}})
+
+
+def test_both_containers_report_their_last_output_when_they_fail() -> None:
+    pod = pod_for({"workspace": {"size": "1Gi", "repository": {"url": "https://example.com/r.git"}}})
+    for name in ("agent", "agentctl", "clone"):
+        assert container(pod, name)["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_profile_env_and_state_dirs_prepare_the_agent_home() -> None:
+    config = CONFIG.model_copy(
+        update={
+            "agent_profiles": {
+                "codex": AgentProfile.model_validate(
+                    {
+                        "image": "codex:1",
+                        "command": ["codex-acp"],
+                        "env": {"CODEX_HOME": "$(HOME)/.codex", "RUST_LOG": "warn"},
+                        "stateDirs": ["CODEX_HOME"],
+                    }
+                )
+            }
+        }
+    )
+    agent = container(
+        pod_for({"agent": {"type": "codex", "env": [{"name": "RUST_LOG", "value": "debug"}]}}, config),
+        "agent",
+    )
+    # HOME comes first so the profile's $(HOME) references expand; the session's env wins in place.
+    assert agent["env"] == [
+        {"name": "HOME", "value": "/workspace/.home"},
+        {"name": "CODEX_HOME", "value": "$(HOME)/.codex"},
+        {"name": "RUST_LOG", "value": "debug"},
+    ]
+    assert 'for d in "$HOME" "$CODEX_HOME"; do' in agent["command"][2]
+    assert agent["command"][2].index("mkdir -p") < agent["command"][2].index("exec ")
+
+
+def test_a_ca_bundle_is_mounted_and_named_to_every_runtime() -> None:
+    pod = pod_for({"agent": {"caBundle": {"configMapName": "corp-ca", "key": "root.pem"}}})
+    agent = container(pod, "agent")
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["ca-bundle"]["configMap"] == {
+        "name": "corp-ca",
+        "items": [{"key": "root.pem", "path": "ca.crt"}],
+    }
+    assert {"name": "ca-bundle", "mountPath": "/etc/agentsession/ca", "readOnly": True} in agent[
+        "volumeMounts"
+    ]
+    env = {e["name"]: e["value"] for e in agent["env"]}
+    assert env["NODE_EXTRA_CA_CERTS"] == "/etc/agentsession/ca/ca.crt"
+    assert env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == "/tmp/.agentsession/ca-bundle.crt"
+    assert 'cat "/etc/agentsession/ca/ca.crt"; } >"/tmp/.agentsession/ca-bundle.crt"' in agent["command"][2]
+    assert "ca-bundle" not in {m["name"] for m in container(pod, "agentctl")["volumeMounts"]}
+    assert restricted_violations(pod) == []
+
+
+def test_the_operator_default_ca_bundle_applies_unless_the_session_names_one() -> None:
+    config = CONFIG.model_copy(update={"ca_bundle": CABundleSource(configMapName="cluster-ca")})
+    volumes = {v["name"]: v for v in pod_for({}, config)["spec"]["volumes"]}
+    assert volumes["ca-bundle"]["configMap"]["name"] == "cluster-ca"
+    own = pod_for({"agent": {"caBundle": {"configMapName": "mine"}}}, config)
+    assert {v["name"]: v for v in own["spec"]["volumes"]}["ca-bundle"]["configMap"]["name"] == "mine"
+    assert "ca-bundle" not in {v["name"] for v in pod_for({})["spec"]["volumes"]}
+
+
+def test_the_model_endpoint_reaches_each_agent_its_own_way() -> None:
+    config = OperatorConfig(image="agentsession:test")
+    model = {"baseURL": "http://llm-proxy:8080/v1", "name": "small"}
+    claude = container(pod_for({"agent": {"type": "claude-code", "model": model}}, config), "agent")
+    env = {e["name"]: e["value"] for e in claude["env"]}
+    assert env["ANTHROPIC_BASE_URL"] == "http://llm-proxy:8080/v1"
+    assert env["ANTHROPIC_MODEL"] == "small"
+    codex = container(pod_for({"agent": {"type": "codex", "model": model}}, config), "agent")
+    argv = codex["command"][3:]
+    assert 'model_providers.agentsession.base_url="http://llm-proxy:8080/v1"' in argv
+    assert 'model="small"' in argv
+    plain = container(pod_for({"agent": {"type": "codex"}}, config), "agent")
+    assert not any("model_providers" in arg for arg in plain["command"])
+
+
+def test_workspace_ownership_is_the_agents_group() -> None:
+    security = pod_for({})["spec"]["securityContext"]
+    assert security["fsGroup"] == 65532
+    assert security["fsGroupChangePolicy"] == "OnRootMismatch"

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from agentsession.api.models import AcpStatus, AgentSessionStatus
-from agentsession.controller.status_mapper import Observation, latest_readiness_failure, map_status
+from agentsession.controller.status_mapper import (
+    Observation,
+    latest_readiness_failure,
+    map_status,
+    termination_tail,
+)
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = "2026-01-01T11:59:50Z"
@@ -49,6 +54,11 @@ def pod(
 SCHEDULED = {"status": "True"}
 RUNNING = {"state": {"running": {"startedAt": CREATED}}, "started": True}
 AGENTCTL_READY = {**RUNNING, "ready": True}
+AGENT_EXIT = {
+    "exitCode": 1,
+    "reason": "Error",
+    "message": "starting\nError: CODEX_HOME points to '/workspace/.codex', but that path does not exist\n",
+}
 INITIALIZED = AcpStatus(sessionId="sess-1", podUID=UID, agentctlRestartCount=0, currentModeId="code")
 
 
@@ -184,7 +194,7 @@ CASES = [
             agent={
                 "restartCount": 4,
                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
-                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                "lastState": {"terminated": AGENT_EXIT},
             },
         ),
         "Failed",
@@ -194,6 +204,44 @@ CASES = [
             "Ready": "CrashLoopBackOff",
         },
         previous=AgentSessionStatus(acp=INITIALIZED),
+    ),
+    Case(
+        "agent exited before its ACP session started",
+        pod(
+            phase="Running",
+            scheduled=SCHEDULED,
+            agentctl=AGENTCTL_READY,
+            agent={**RUNNING, "restartCount": 1, "lastState": {"terminated": AGENT_EXIT}},
+        ),
+        "Starting",
+        {"AgentctlReady": "ProbeSucceeded", "AgentInitialized": "AgentExited", "Ready": "AgentExited"},
+    ),
+    Case(
+        "agent exited, then start failed on the restarted one",
+        pod(
+            phase="Running",
+            scheduled=SCHEDULED,
+            agentctl=AGENTCTL_READY,
+            agent={**RUNNING, "restartCount": 1, "lastState": {"terminated": AGENT_EXIT}},
+        ),
+        "Starting",
+        {"AgentInitialized": "AgentExited"},
+        previous=AgentSessionStatus(
+            acp=AcpStatus(podUID=UID, agentctlRestartCount=0, lastError="agent closed agent.out")
+        ),
+    ),
+    Case(
+        "agent exited once, then its session started: initialized",
+        pod(
+            phase="Running",
+            scheduled=SCHEDULED,
+            agentctl=AGENTCTL_READY,
+            agent={**RUNNING, "restartCount": 1, "lastState": {"terminated": AGENT_EXIT}},
+        ),
+        "Ready",
+        {"AgentInitialized": "Initialized", "Ready": "Ready"},
+        previous=AgentSessionStatus(acp=INITIALIZED),
+        ready="True",
     ),
     Case(
         "agentctl crash-looping",
@@ -295,6 +343,25 @@ def test_messages_carry_the_specifics() -> None:
         Observation(generation=1, suspend=False, previous=crash.previous, now=NOW, pod=crash.pod)
     )
     assert "last exit code 1" in status.condition("Ready").message
+    assert "CODEX_HOME points to '/workspace/.codex'" in status.condition("Ready").message
+    exited = next(c for c in CASES if c.id == "agent exited before its ACP session started")
+    status = map_status(
+        Observation(generation=1, suspend=False, previous=exited.previous, now=NOW, pod=exited.pod)
+    )
+    assert status.condition("Ready").message == (
+        "the agent exited before its ACP session started (exit code 1, reason Error: starting | "
+        "Error: CODEX_HOME points to '/workspace/.codex', but that path does not exist; restarts: 1)"
+    )
+
+
+def test_termination_messages_are_cut_to_their_last_lines() -> None:
+    output = "\n".join(f"line {i}" for i in range(100)) + "\n\n"
+    assert termination_tail(output) == "line 95 | line 96 | line 97 | line 98 | line 99"
+    long_line = "x" * 5000 + "END"
+    tail = termination_tail(long_line)
+    assert tail.endswith("END")
+    assert len(tail) == 1003
+    assert tail.startswith("...")
 
 
 def test_last_transition_time_moves_only_when_status_changes() -> None:

@@ -60,6 +60,32 @@ class SecretReference(_Model):
     )
 
 
+class CABundleSource(_Model):
+    configMapName: ObjectName = Field(
+        description="ConfigMap in the session's namespace holding PEM CA certificates the agent trusts "
+        "in addition to the image's own (e.g. a corporate proxy's)."
+    )
+    key: str = Field(
+        default="ca.crt",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="Key of the PEM data.",
+    )
+
+
+class ModelEndpoint(_Model):
+    baseURL: str = Field(
+        max_length=2048,
+        pattern=r"^https?://[^\s\"'\\]+$",
+        description="Base URL of the model API the agent calls (a proxy, a gateway, a compatible provider); "
+        "each known agent type receives it the way its documentation says.",
+    )
+    name: str | None = Field(
+        default=None, min_length=1, max_length=256, pattern=r"^[^\s\"'\\]+$", description="Model name to use."
+    )
+
+
 class ResourceRequirements(_Model):
     requests: dict[str, Quantity] | None = None
     limits: dict[str, Quantity] | None = None
@@ -94,12 +120,22 @@ class AgentSpec(_Model):
     credentialsSecretRef: SecretReference | None = Field(
         default=None, description="API keys for the agent, from a Secret (never inline)."
     )
+    model: ModelEndpoint | None = Field(
+        default=None, description="Where the agent's model API is, when not the vendor's default."
+    )
+    caBundle: CABundleSource | None = Field(
+        default=None, description="Extra CA certificates the agent trusts; overrides the operator's default."
+    )
 
     model_config = ConfigDict(
         json_schema_extra=_rules(
             (
                 "self.type != 'custom' || (has(self.image) && has(self.command))",
                 "agent.type 'custom' needs agent.image and agent.command",
+            ),
+            (
+                "self.type != 'custom' || !has(self.model)",
+                "agent.model needs a known agent.type; for 'custom' set the agent's own variables in agent.env",
             ),
         )
     )

@@ -2,20 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentsession.agentctl_api import AGENTCTL_PORT
+from agentsession.api.models import CABundleSource
+
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class AgentProfile(BaseModel):
+class _Settings(BaseModel):
+    # The chart writes these as camelCase JSON, the way Helm values are spelled; Python code uses snake_case.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ModelWiring(_Settings):
+    """How `spec.agent.model` reaches one agent: the variables or flags its documentation names.
+
+    `{baseURL}` and `{name}` in `args` are replaced by the session's values."""
+
+    base_url_env: str | None = Field(default=None, pattern=ENV_NAME)
+    name_env: str | None = Field(default=None, pattern=ENV_NAME)
+    args: list[str] = Field(default_factory=list)
+    name_args: list[str] = Field(default_factory=list)
+
+
+class AgentProfile(_Settings):
     """How a known agent type runs when the AgentSession does not say."""
 
     image: str | None = None
     command: list[str]
     args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Set in the agent container before the session's own env; values may use $(HOME).",
+    )
+    state_dirs: list[Annotated[str, StringConstraints(pattern=ENV_NAME)]] = Field(
+        default_factory=list,
+        description="Variables naming directories the agent needs to exist; made before it starts.",
+    )
+    model: ModelWiring | None = None
 
 
 class Resources(BaseModel):
@@ -23,13 +52,50 @@ class Resources(BaseModel):
     limits: dict[str, str] = Field(default_factory=dict)
 
 
+def _codex_provider(key: str, value: str) -> list[str]:
+    return ["-c", f"model_providers.agentsession.{key}={value}"]
+
+
 def _default_profiles() -> dict[str, AgentProfile]:
-    # Known agents need an image that carries them; the operator's image carries only the demo agent.
+    """Images from `images/` (built by `make agent-images`); each agent's home and config directories live on
+    the workspace volume, so they are writable under a read-only root and survive a suspend."""
     return {
         "demo": AgentProfile(command=["agentsession-demo-agent"]),
-        "claude-code": AgentProfile(command=["claude-code-acp"]),
-        "codex": AgentProfile(command=["codex-acp"]),
-        "gemini": AgentProfile(command=["gemini", "--experimental-acp"]),
+        "claude-code": AgentProfile(
+            image="agentsession-claude-code:dev",
+            command=["claude-agent-acp"],
+            env={
+                "CLAUDE_CONFIG_DIR": "$(HOME)/.claude",
+                "DISABLE_AUTOUPDATER": "1",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            },
+            state_dirs=["CLAUDE_CONFIG_DIR"],
+            model=ModelWiring(base_url_env="ANTHROPIC_BASE_URL", name_env="ANTHROPIC_MODEL"),
+        ),
+        "codex": AgentProfile(
+            image="agentsession-codex:dev",
+            command=["codex-acp"],
+            env={"CODEX_HOME": "$(HOME)/.codex"},
+            state_dirs=["CODEX_HOME"],
+            # Codex takes another endpoint as a named provider; OPENAI_API_KEY (from the credentials Secret)
+            # is its key, and the Responses API is what codex speaks.
+            model=ModelWiring(
+                args=[
+                    "-c",
+                    'model_provider="agentsession"',
+                    *_codex_provider("name", '"agentsession"'),
+                    *_codex_provider("base_url", '"{baseURL}"'),
+                    *_codex_provider("env_key", '"OPENAI_API_KEY"'),
+                    *_codex_provider("wire_api", '"responses"'),
+                ],
+                name_args=["-c", 'model="{name}"'],
+            ),
+        ),
+        "gemini": AgentProfile(
+            image="agentsession-gemini:dev",
+            command=["gemini", "--experimental-acp"],
+            model=ModelWiring(base_url_env="GOOGLE_GEMINI_BASE_URL", name_env="GEMINI_MODEL"),
+        ),
     }
 
 
@@ -58,6 +124,11 @@ class OperatorConfig(BaseSettings):
     )
     git_image: str = Field(
         default="alpine/git:2.47.2", description="Image of the init container that clones."
+    )
+    ca_bundle: CABundleSource | None = Field(
+        default=None,
+        description="A ConfigMap (in each session's namespace) of CA certificates every agent trusts, "
+        "unless the session names its own.",
     )
     run_as_user: int = Field(default=65532, ge=1)
     start_timeout_seconds: float = Field(default=60.0, gt=0)

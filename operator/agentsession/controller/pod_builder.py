@@ -31,8 +31,8 @@ from agentsession.api.constants import (
     token_secret_name,
     workspace_claim_name,
 )
-from agentsession.api.models import AgentSessionSpec, ResourceRequirements
-from agentsession.controller.config import OperatorConfig, Resources
+from agentsession.api.models import AgentSessionSpec, CABundleSource, ResourceRequirements
+from agentsession.controller.config import AgentProfile, OperatorConfig, Resources
 from agentsession.controller.durations import parse_duration
 from agentsession.controller.session_ref import SessionRef
 
@@ -44,18 +44,47 @@ AGENT_OUT = f"{FIFO_DIR}/agent.out"
 WORKSPACE_VOLUME = "workspace"
 FIFO_VOLUME = "agentctl-fifo"
 TMP_VOLUME = "tmp"
+CA_VOLUME = "ca-bundle"
+CA_DIR = "/etc/agentsession/ca"
+CA_FILE = f"{CA_DIR}/ca.crt"
+# OpenSSL-based runtimes read one bundle: the image's roots plus the extra CAs, joined at start on a writable volume.
+CA_BUNDLE_FILE = "/tmp/.agentsession/ca-bundle.crt"
+SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
 DEFAULT_GRACE_SECONDS = 30
 # The agent may start before agentctl has made the FIFOs (e.g. after an agent-only restart race);
 # wait for them, but not forever, so a broken sidecar shows up as a crash-looping agent.
 FIFO_WAIT_TENTHS = 600
-AGENT_WRAPPER = (
-    "i=0; "
-    f'while [ ! -p "{AGENT_IN}" ] || [ ! -p "{AGENT_OUT}" ]; do '
-    f'i=$((i+1)); if [ "$i" -gt {FIFO_WAIT_TENTHS} ]; then '
-    'echo "agent: agentctl FIFOs did not appear in 60s; is the agentctl sidecar running?" >&2; exit 1; fi; '
-    "sleep 0.1; done; "
-    f'exec "$@" <"{AGENT_IN}" >"{AGENT_OUT}"'
-)
+# Both containers' last output becomes their termination message when they fail, so an agent that exits at
+# start-up explains itself in the session's status instead of only in `kubectl logs --previous`.
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+
+
+def agent_wrapper(state_dirs: list[str], extra_ca: bool) -> str:
+    """The agent container's shell prologue: prepare what the agent expects, then exec it on the FIFO pair.
+
+    `state_dirs` are variable names (HOME first) whose directories must exist before the agent runs."""
+    dirs = " ".join(f'"${name}"' for name in state_dirs)
+    steps = [
+        f"for d in {dirs}; do "
+        '[ -z "$d" ] || mkdir -p "$d" || '
+        '{ echo "agent: cannot create directory $d; mount a writable volume there or change the variable" >&2; '
+        "exit 1; }; done",
+    ]
+    if extra_ca:
+        steps.append(
+            f'mkdir -p "$(dirname "{CA_BUNDLE_FILE}")" && '
+            f'{{ cat "{SYSTEM_CA_FILE}" 2>/dev/null; cat "{CA_FILE}"; }} >"{CA_BUNDLE_FILE}" || '
+            f'{{ echo "agent: cannot read the CA bundle {CA_FILE}; check spec.agent.caBundle" >&2; exit 1; }}'
+        )
+    steps += [
+        "i=0",
+        f'while [ ! -p "{AGENT_IN}" ] || [ ! -p "{AGENT_OUT}" ]; do '
+        f'i=$((i+1)); if [ "$i" -gt {FIFO_WAIT_TENTHS} ]; then '
+        'echo "agent: agentctl FIFOs did not appear in 60s; is the agentctl sidecar running?" >&2; exit 1; fi; '
+        "sleep 0.1; done",
+        f'exec "$@" <"{AGENT_IN}" >"{AGENT_OUT}"',
+    ]
+    return "; ".join(steps)
 
 
 class SpecError(ValueError):
@@ -143,9 +172,13 @@ def _http_probe(port_name: str, period: int, failures: int, timeout: int = 2) ->
     }
 
 
+def _profile(spec: AgentSessionSpec, config: OperatorConfig) -> AgentProfile | None:
+    return config.agent_profiles.get(spec.agent.type)
+
+
 def _agent_command(spec: AgentSessionSpec, config: OperatorConfig) -> tuple[str, list[str]]:
     agent = spec.agent
-    profile = config.agent_profiles.get(agent.type)
+    profile = _profile(spec, config)
     image = agent.image or (profile.image if profile else None)
     if agent.type == "demo" and image is None:
         image = config.image
@@ -162,15 +195,50 @@ def _agent_command(spec: AgentSessionSpec, config: OperatorConfig) -> tuple[str,
         if agent.args is not None
         else list(profile.args if profile and not agent.command else [])
     )
-    return image, command + args
+    return image, command + args + _model_args(spec, profile)
 
 
-def _agent_env(spec: AgentSessionSpec, mount_path: str) -> list[Manifest]:
-    env: list[Manifest] = [{"name": "HOME", "value": f"{mount_path.rstrip('/')}/.home"}]
+def _model_args(spec: AgentSessionSpec, profile: AgentProfile | None) -> list[str]:
+    model = spec.agent.model
+    if model is None or profile is None or profile.model is None:
+        return []
+    values = {"baseURL": model.baseURL, "name": model.name or ""}
+    args = [arg.format_map(values) for arg in profile.model.args]
+    if model.name:
+        args += [arg.format_map(values) for arg in profile.model.name_args]
+    return args
+
+
+def _ca_bundle(spec: AgentSessionSpec, config: OperatorConfig) -> CABundleSource | None:
+    return spec.agent.caBundle or config.ca_bundle
+
+
+def _agent_env(spec: AgentSessionSpec, config: OperatorConfig, mount_path: str) -> list[Manifest]:
+    """HOME, then the profile's variables (which may refer to $(HOME)), the CA and model wiring, and last the
+    session's own env, each replacing a variable of the same name where it stands so references still expand."""
+    profile = _profile(spec, config)
+    env: dict[str, Manifest] = {"HOME": {"name": "HOME", "value": f"{mount_path.rstrip('/')}/.home"}}
+    for name, value in (profile.env if profile else {}).items():
+        env[name] = {"name": name, "value": value}
+    if _ca_bundle(spec, config) is not None:
+        for name, value in (
+            ("NODE_EXTRA_CA_CERTS", CA_FILE),
+            ("SSL_CERT_FILE", CA_BUNDLE_FILE),
+            ("REQUESTS_CA_BUNDLE", CA_BUNDLE_FILE),
+        ):
+            env[name] = {"name": name, "value": value}
+    model = spec.agent.model
+    if model is not None and profile is not None and profile.model is not None:
+        wiring: list[tuple[str | None, str | None]] = [
+            (profile.model.base_url_env, model.baseURL),
+            (profile.model.name_env, model.name),
+        ]
+        for wired, setting in wiring:
+            if wired and setting:
+                env[wired] = {"name": wired, "value": setting}
     for var in spec.agent.env or []:
-        env = [e for e in env if e["name"] != var.name]
-        env.append(var.model_dump(exclude_none=True))
-    return env
+        env[var.name] = var.model_dump(exclude_none=True)
+    return list(env.values())
 
 
 def _env_from(spec: AgentSessionSpec) -> list[Manifest]:
@@ -196,6 +264,7 @@ def _clone_container(spec: AgentSessionSpec, config: OperatorConfig, mount_path:
         "image": config.git_image,
         "imagePullPolicy": config.image_pull_policy,
         "command": ["sh", "-c", script],
+        "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "env": [{"name": "HOME", "value": "/tmp"}],
         "resources": _resources(None, config.agentctl_resources),
         "securityContext": _container_security_context(config),
@@ -231,6 +300,7 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "imagePullPolicy": config.image_pull_policy,
         "restartPolicy": "Always",
         "command": ["agentctl"],
+        "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "args": [
             "--port",
             str(config.agentctl_port),
@@ -258,16 +328,25 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "securityContext": _container_security_context(config),
         "volumeMounts": [dict(m) for m in mounts],
     }
+    profile = _profile(spec, config)
+    ca_bundle = _ca_bundle(spec, config)
+    agent_mounts: list[Manifest] = [dict(m) for m in mounts]
+    if ca_bundle is not None:
+        agent_mounts.append({"name": CA_VOLUME, "mountPath": CA_DIR, "readOnly": True})
+    wrapper = agent_wrapper(
+        ["HOME", *(profile.state_dirs if profile else [])], extra_ca=ca_bundle is not None
+    )
     agent = {
         "name": AGENT_CONTAINER,
         "image": agent_image,
         "imagePullPolicy": spec.agent.imagePullPolicy or config.image_pull_policy,
-        "command": ["sh", "-c", AGENT_WRAPPER, "agent", *agent_argv],
+        "command": ["sh", "-c", wrapper, "agent", *agent_argv],
+        "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "workingDir": spec.cwd or mount_path,
-        "env": _agent_env(spec, mount_path),
+        "env": _agent_env(spec, config, mount_path),
         "resources": _resources(spec.agent.resources, config.agent_resources),
         "securityContext": _container_security_context(config),
-        "volumeMounts": [dict(m) for m in mounts],
+        "volumeMounts": agent_mounts,
     }
     env_from = _env_from(spec)
     if env_from:
@@ -289,7 +368,10 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             "runAsNonRoot": True,
             "runAsUser": config.run_as_user,
             "runAsGroup": config.run_as_user,
+            # The workspace belongs to the agent's group (setgid, group-writable) where the volume type lets
+            # the kubelet change ownership; checking the root only keeps large workspaces fast to remount.
             "fsGroup": config.run_as_user,
+            "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "initContainers": init_containers,
@@ -300,6 +382,16 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}},
         ],
     }
+    if ca_bundle is not None:
+        pod_spec["volumes"].append(
+            {
+                "name": CA_VOLUME,
+                "configMap": {
+                    "name": ca_bundle.configMapName,
+                    "items": [{"key": ca_bundle.key, "path": "ca.crt"}],
+                },
+            }
+        )
     if lifecycle and lifecycle.maxDuration:
         pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(parse_duration(lifecycle.maxDuration)))
     if template:

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 IDLE_RETRY_SECONDS = 30.0
 # AgentInitialized reasons that mean "agentctl is ready and the start call is due".
-START_DUE = frozenset({"Initializing", "AgentctlRestarted", "InitializeFailed"})
+START_DUE = frozenset({"Initializing", "AgentctlRestarted", "InitializeFailed", "AgentExited"})
 STAGES: tuple[tuple[ConditionType, str], ...] = (
     ("PodScheduled", "scheduled"),
     ("AgentctlReady", "agentctl_ready"),

@@ -45,6 +45,10 @@ FAILED_REASONS = frozenset(
     }
 )
 READINESS_FAILED = "Readiness probe failed"
+# A container's termination message (its last output, with FallbackToLogsOnError) is cut to what a condition
+# message and an Event can carry and a person can read at a glance.
+TERMINATION_TAIL_LINES = 5
+TERMINATION_TAIL_CHARS = 1000
 PENDING_REASONS = frozenset({"PodNotCreated", "PodDeleted", "Pending", "Unschedulable"} | IMAGE_PULL_REASONS)
 
 
@@ -129,12 +133,35 @@ def _no_pod(obs: Observation) -> _State:
     return _State("False", "PodNotCreated", "waiting for the operator to create the pod")
 
 
+def termination_tail(message: str) -> str:
+    """The last few non-empty lines of a termination message, joined on one line and bounded."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    tail = " | ".join(lines[-TERMINATION_TAIL_LINES:])
+    return tail if len(tail) <= TERMINATION_TAIL_CHARS else "..." + tail[-TERMINATION_TAIL_CHARS:]
+
+
+def describe_exit(terminated: Manifest) -> str:
+    """`exit code 1, reason Error: <the container's last words>` for a terminated container state."""
+    text = f"exit code {terminated.get('exitCode')}, reason {terminated.get('reason') or 'unknown'}"
+    message = str(terminated.get("message") or "")
+    return f"{text}: {termination_tail(message)}" if message.strip() else text
+
+
+def _latest_exit(status: Manifest) -> Manifest | None:
+    state = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")
+    return state or None
+
+
 def _pod_failed(pod: Manifest) -> _State | None:
     status = pod.get("status", {})
     if status.get("phase") != "Failed":
         return None
     reason = status.get("reason") or "PodFailed"
     message = status.get("message") or "the pod failed"
+    agent = container_status(pod, AGENT_CONTAINER, init=False)
+    exited = _latest_exit(agent) if agent else None
+    if exited and not status.get("message"):
+        message = f"the pod failed: the agent container ended ({describe_exit(exited)})"
     return _State("False", reason if reason in {"Evicted", "DeadlineExceeded"} else "PodFailed", message)
 
 
@@ -155,9 +182,7 @@ def _scheduled(obs: Observation, pod: Manifest | None) -> _State:
 
 def _describe_last_exit(status: Manifest) -> str:
     terminated = status.get("lastState", {}).get("terminated") or {}
-    if not terminated:
-        return ""
-    return f" (last exit code {terminated.get('exitCode')}, reason {terminated.get('reason', 'unknown')})"
+    return f"; last {describe_exit(terminated)}" if terminated else ""
 
 
 def _waiting(status: Manifest, what: str) -> _State | None:
@@ -191,7 +216,7 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
         return waiting
     terminated = status.get("state", {}).get("terminated")
     if terminated:
-        return _State("False", "Terminated", f"agentctl exited with code {terminated.get('exitCode')}")
+        return _State("False", "Terminated", f"agentctl ended ({describe_exit(terminated)})")
     if not status.get("started"):
         return _State("False", "Starting", "agentctl is running; waiting for its startup probe (GET /health)")
     if not obs.probe_message:
@@ -219,6 +244,17 @@ def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State)
     acp = obs.previous.acp
     uid = pod["metadata"].get("uid")
     restarts = agentctl_restart_count(pod)
+    not_started = acp is None or acp.podUID != uid
+    agent = container_status(pod, AGENT_CONTAINER, init=False)
+    exited = _latest_exit(agent) if agent else None
+    if exited and (not_started or (acp is not None and acp.lastError)):
+        # What the agent printed as it died says more than agentctl's view of a closed pipe.
+        return _State(
+            "False",
+            "AgentExited",
+            f"the agent exited before its ACP session started ({describe_exit(exited)}; "
+            f"restarts: {agent.get('restartCount', 0) if agent else 0})",
+        )
     if acp is None or acp.podUID != uid:
         return _State("False", "Initializing", "starting the ACP session through agentctl")
     if acp.agentctlRestartCount != restarts:

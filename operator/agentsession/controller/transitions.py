@@ -14,6 +14,7 @@ WARNING_REASONS = (
         "Unschedulable",
         "ProbeFailing",
         "InitializeFailed",
+        "AgentExited",
         "PodDeleted",
         "AgentctlRestarted",
     }

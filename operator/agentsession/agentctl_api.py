@@ -28,7 +28,11 @@ class StartRequest(BaseModel):
         default=None, description="Initial prompt, sent only when a new session is created (never on resume)."
     )
     cwd: str | None = Field(default=None, description="Working directory of the ACP session.")
-    mode_id: str | None = Field(default=None, description="ACP mode to switch to once the session exists.")
+    mode_id: str | None = Field(
+        default=None,
+        description="ACP mode to switch to once the session exists: a value of the agent's mode config option"
+        " (set with session/set_config_option) if it offers one, else one of its modes (session/set_mode).",
+    )
 
 
 class SessionMode(BaseModel):
@@ -37,6 +41,44 @@ class SessionMode(BaseModel):
     id: str
     name: str
     description: str | None = None
+
+
+def mode_config_option(config_options: Any) -> dict[str, Any] | None:
+    """The select option of category "mode" in an ACP `configOptions` list (JSON), if the agent offers one.
+
+    Agents such as Codex offer their modes only this way; ACP says a client prefers it to `modes`.
+    """
+    if not isinstance(config_options, list):
+        return None
+    for option in config_options:
+        if (
+            isinstance(option, dict)
+            and option.get("category") == "mode"
+            and option.get("type") == "select"
+            and isinstance(option.get("id"), str)
+        ):
+            return option
+    return None
+
+
+def config_option_modes(option: dict[str, Any]) -> list[SessionMode]:
+    """The values of a select config option as modes; grouped values are flattened in their order."""
+    values: list[Any] = []
+    for item in option.get("options") or []:
+        grouped = item.get("options") if isinstance(item, dict) and "group" in item else None
+        values.extend(grouped if isinstance(grouped, list) else [item])
+    modes: list[SessionMode] = []
+    for v in values:
+        if isinstance(v, dict) and isinstance(v.get("value"), str):
+            description = v.get("description")
+            modes.append(
+                SessionMode(
+                    id=v["value"],
+                    name=str(v.get("name") or v["value"]),
+                    description=description if isinstance(description, str) else None,
+                )
+            )
+    return modes
 
 
 class AgentIdentity(BaseModel):

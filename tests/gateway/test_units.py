@@ -81,6 +81,47 @@ def test_agent_info_has_exactly_the_protocol_fields() -> None:
     assert info["cwd"] == "/workspace"
 
 
+class _OneSession:
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+
+    def get(self, key: Any) -> dict[str, Any]:
+        return self.obj
+
+    def add_listener(self, fn: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        {"sessionUpdate": "current_mode_update", "currentModeId": "ask"},
+        # Codex's shape: the mode is the config option of category "mode", among others.
+        {
+            "sessionUpdate": "config_option_update",
+            "configOptions": [
+                {"id": "model", "name": "Model", "category": "model", "type": "select",
+                 "currentValue": "m1", "options": [{"value": "m1", "name": "M1"}]},
+                {"id": "approval", "name": "Mode", "category": "mode", "type": "select", "currentValue": "ask",
+                 "options": [{"value": "ask", "name": "Ask"}, {"value": "code", "name": "Code"}]},
+            ],
+        },
+    ],
+)  # fmt: skip
+def test_a_mode_update_is_the_live_mode(update: dict[str, Any]) -> None:
+    from agentsession.gateway.agents import AgentRegistry, Runtime
+
+    registry = AgentRegistry(_OneSession(session(phase="Ready", ready=True)), None, None)  # type: ignore[arg-type]
+    rt = Runtime(("ns", "a"))
+    rt.connected.set()
+    registry.runtimes[rt.key] = rt
+    entry = {"seq": 1, "kind": "session_update", "notification": {"sessionId": "s1", "update": update}}
+    registry._on_entry(rt, entry)
+    info = registry.info(rt.key)
+    assert info is not None
+    assert info["currentModeId"] == "ask"  # not "code", the mode the session started in
+
+
 @given(st.text(max_size=200))
 def test_lifecycle_decoder_never_raises(text: str) -> None:
     result = LifecycleCodec().decode(text)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentsession.agentctl.journal import Journal
-from agentsession.agentctl_api import StatusResponse
+from agentsession.agentctl_api import StatusResponse, config_option_modes, mode_config_option
 from agentsession.api.models import AgentSessionStatus, Condition
 from agentsession.controller.durations import parse_duration
 from agentsession.controller.idle import seconds_until_idle
@@ -164,3 +164,25 @@ def test_journal_identity_lives_and_dies_with_the_file(tmp_path: Path) -> None:
     assert fresh.id != first_id
     assert fresh.last_seq == 0
     fresh.close()
+
+
+def test_grouped_mode_option_values_are_modes_in_their_order() -> None:
+    options = [
+        {"id": "mode", "name": "Switch", "category": "mode", "type": "boolean", "currentValue": True},
+        {"id": "approval", "name": "Mode", "category": "mode", "type": "select", "currentValue": "auto",
+         "options": [
+             {"group": "safe", "name": "Safe", "options": [{"value": "read-only", "name": "Read only"}]},
+             {"group": "open", "name": "Open", "options": [
+                 {"value": "auto", "name": "Auto", "description": "edits without asking"},
+                 {"value": 7, "name": "not a value"},
+             ]},
+         ]},
+    ]  # fmt: skip
+    option = mode_config_option(options)
+    assert option is not None
+    assert option["id"] == "approval"  # a boolean cannot hold a mode
+    modes = config_option_modes(option)
+    assert [(m.id, m.name, m.description) for m in modes] == [
+        ("read-only", "Read only", None),
+        ("auto", "Auto", "edits without asking"),
+    ]

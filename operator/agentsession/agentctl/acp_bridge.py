@@ -36,7 +36,14 @@ from agentsession.agentctl.metrics import Metrics
 from agentsession.agentctl.permissions import PermissionBroker
 from agentsession.agentctl.session_store import SessionStore
 from agentsession.agentctl.transport import AgentTransport
-from agentsession.agentctl_api import AgentIdentity, SessionMode, StartRequest, StartResponse
+from agentsession.agentctl_api import (
+    AgentIdentity,
+    SessionMode,
+    StartRequest,
+    StartResponse,
+    config_option_modes,
+    mode_config_option,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +96,8 @@ class AcpState:
         self.cwd: str | None = None
         self.current_mode_id: str | None = None
         self.available_modes: list[dict[str, Any]] = []
+        # Set when the modes are the values of this config option (set with session/set_config_option).
+        self.mode_config_id: str | None = None
         self.turn_started_at: str | None = None
         self.last_stop_reason: str | None = None
 
@@ -96,11 +105,19 @@ class AcpState:
     def load_session(self) -> bool:
         return bool(self.agent_capabilities.get("loadSession"))
 
-    def set_modes(self, modes: Any) -> None:
-        if modes is None:
-            return
-        self.current_mode_id = modes.current_mode_id
-        self.available_modes = [_dump(m) for m in modes.available_modes]
+    def set_modes(self, modes: dict[str, Any] | None, config_options: Any) -> None:
+        """Take the modes from a mode config option if there is one (ACP prefers it), else from `modes`;
+        with neither, the modes known so far stay."""
+        option = mode_config_option(config_options)
+        if option is not None:
+            self.mode_config_id = option["id"]
+            value = option.get("currentValue")
+            self.current_mode_id = value if isinstance(value, str) else None
+            self.available_modes = [m.model_dump(exclude_none=True) for m in config_option_modes(option)]
+        elif modes is not None:
+            self.mode_config_id = None
+            self.current_mode_id = modes.get("currentModeId")
+            self.available_modes = list(modes.get("availableModes") or [])
 
 
 class AgentBridge:
@@ -204,6 +221,12 @@ class AgentBridge:
         kind = update["sessionUpdate"]
         if kind == "current_mode_update" and isinstance(update.get("currentModeId"), str):
             self.acp.current_mode_id = update["currentModeId"]
+        elif kind == "config_option_update":
+            self.acp.set_modes(None, update.get("configOptions"))
+        if self.acp.current_mode_id not in (None, self.store.record.mode_id):
+            # A mode the agent chose itself is the one to restore on resume, not the last one agentctl set.
+            self.store.record.mode_id = self.acp.current_mode_id
+            self.store.save()
         if self._suppress_replay:
             # session/load replays what the journal already holds; journaling it again would duplicate it.
             self.metrics.updates.labels("replayed").inc()
@@ -384,10 +407,11 @@ class AgentBridge:
         cwd = self._check_cwd(cwd)
         resp = await self._call("session/new", conn.new_session(cwd=cwd, mcp_servers=[]))
         self.acp.session_id, self.acp.cwd = resp.session_id, cwd
-        self.acp.current_mode_id, self.acp.available_modes = None, []
-        self.acp.set_modes(resp.modes)
+        self.acp.current_mode_id, self.acp.available_modes, self.acp.mode_config_id = None, [], None
+        raw = _dump(resp)
+        self.acp.set_modes(raw.get("modes"), raw.get("configOptions"))
         self._remember(prompt_sent=False)
-        return _dump(resp)
+        return raw
 
     async def load_session(self, session_id: str, cwd: str | None) -> dict[str, Any]:
         conn = self._require_initialized()
@@ -402,11 +426,11 @@ class AgentBridge:
         finally:
             self._suppress_replay = False
         self.acp.session_id, self.acp.cwd = session_id, cwd
-        if resp is not None:
-            self.acp.set_modes(resp.modes)
+        raw = _dump(resp) if resp is not None else {}
+        self.acp.set_modes(raw.get("modes"), raw.get("configOptions"))
         if self.store.record.session_id != session_id:
             self._remember(prompt_sent=False)
-        return _dump(resp) if resp is not None else {}
+        return raw
 
     def _remember(self, prompt_sent: bool) -> None:
         rec = self.store.record
@@ -482,8 +506,18 @@ class AgentBridge:
         known = [m.get("id") for m in self.acp.available_modes]
         if known and mode_id not in known:
             raise ApiError(422, "validation_error", f"mode_id {mode_id!r} is not one of {known}")
-        await self._call("session/set_mode", conn.set_session_mode(session_id=sid, mode_id=mode_id))
-        self.acp.current_mode_id = mode_id
+        config_id = self.acp.mode_config_id
+        if config_id is None:
+            await self._call("session/set_mode", conn.set_session_mode(session_id=sid, mode_id=mode_id))
+            self.acp.current_mode_id = mode_id
+        else:
+            resp = await self._call(
+                "session/set_config_option",
+                conn.set_config_option(config_id=config_id, session_id=sid, value=mode_id),
+            )
+            self.acp.current_mode_id = mode_id
+            # The answer holds every option's value as the agent now has it.
+            self.acp.set_modes(None, _dump(resp).get("configOptions"))
         self.store.record.mode_id = mode_id
         self.store.save()
         return mode_id

@@ -150,7 +150,10 @@ def build_openapi() -> dict[str, Any]:
         },
         "/api/v1/acp/mode": {
             "post": _op(
-                "ACP session/set_mode", ModeBody, extra={**_AGENT_ERRORS, 404: "Not the current session"}
+                "ACP session/set_mode, or session/set_config_option when the agent offers its modes as a config"
+                " option of category mode",
+                ModeBody,
+                extra={**_AGENT_ERRORS, 404: "Not the current session"},
             )
         },
         "/api/v1/acp/stream": {

@@ -2,7 +2,10 @@
 
 Cues in the prompt: "permission" asks the client for a permission; "__slow__" streams slowly (for cancel);
 "__burst N__" (or "__burst N every Uus__") streams N timestamped chunks (for the benchmark); "__garbage__" prints a non-JSON line;
-"__die__" exits in the middle of the turn.
+"__die__" exits in the middle of the turn; "__mode ID__" switches to mode ID on the agent's own account.
+
+With `modes_as_config_option` the agent offers its modes as a session config option of category "mode", set with
+session/set_config_option, as Codex does, instead of as `modes` set with session/set_mode.
 """
 
 from __future__ import annotations
@@ -29,15 +32,19 @@ from acp import (
 from acp.helpers import text_block, tool_content, update_current_mode
 from acp.schema import (
     AgentCapabilities,
+    ConfigOptionUpdate,
     Implementation,
     InitializeResponse,
     LoadSessionResponse,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
     SessionMode,
     SessionModeState,
     SessionNotification,
+    SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     ToolCallUpdate,
 )
@@ -48,6 +55,8 @@ MODES = (
     SessionMode(id="ask", name="Ask", description="Answer questions; ask before changing anything"),
     SessionMode(id="code", name="Code", description="Write code in the workspace"),
 )
+MODE_CONFIG_ID = "mode"
+_MODE_CUE = re.compile(r"__mode ([A-Za-z0-9_-]+)__")
 _BURST = re.compile(r"__burst (\d{1,7})(?: every (\d{1,5})us)?__")
 
 
@@ -62,8 +71,9 @@ class Session:
 
 
 class DemoAgent:
-    def __init__(self, tick: float = 0.05) -> None:
+    def __init__(self, tick: float = 0.05, modes_as_config_option: bool = False) -> None:
         self._tick = tick
+        self._modes_as_config_option = modes_as_config_option
         self._client: Client | None = None
         self._sessions: dict[str, Session] = {}
 
@@ -75,8 +85,39 @@ class DemoAgent:
         assert self._client is not None
         return self._client
 
-    def _modes(self, session: Session) -> SessionModeState:
-        return SessionModeState(current_mode_id=session.mode, available_modes=list(MODES))
+    def _mode_state(self, session: Session) -> dict[str, Any]:
+        """The session's modes as the keyword arguments of a session/new or session/load answer."""
+        if self._modes_as_config_option:
+            return {"config_options": self._config_options(session)}
+        return {"modes": SessionModeState(current_mode_id=session.mode, available_modes=list(MODES))}
+
+    @staticmethod
+    def _config_options(session: Session) -> list[Any]:
+        values = [
+            SessionConfigSelectOption(value=m.id, name=m.name, description=m.description) for m in MODES
+        ]
+        return [
+            SessionConfigOptionSelect(
+                id=MODE_CONFIG_ID,
+                name="Mode",
+                category="mode",
+                type="select",
+                current_value=session.mode,
+                options=values,
+            )
+        ]
+
+    async def _switch_mode(self, session: Session, mode_id: str) -> None:
+        if mode_id not in {m.id for m in MODES}:
+            raise RequestError.invalid_params({"modeId": f"unknown mode {mode_id!r}"})
+        session.mode = mode_id
+        if self._modes_as_config_option:
+            update: Any = ConfigOptionUpdate(
+                session_update="config_option_update", config_options=self._config_options(session)
+            )
+        else:
+            update = update_current_mode(mode_id)
+        await self._say(session, update)
 
     def _session(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)
@@ -108,7 +149,7 @@ class DemoAgent:
         session = Session(session_id, cwd, SessionFile(cwd, session_id))
         session.store.create()
         self._sessions[session_id] = session
-        return NewSessionResponse(session_id=session_id, modes=self._modes(session))
+        return NewSessionResponse(session_id=session_id, **self._mode_state(session))
 
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
         self._check_cwd(cwd)
@@ -120,19 +161,33 @@ class DemoAgent:
             update = SessionNotification.model_validate({"sessionId": session_id, "update": raw}).update
             if raw.get("sessionUpdate") == "current_mode_update":
                 session.mode = raw["currentModeId"]
+            if raw.get("sessionUpdate") == "config_option_update":
+                session.mode = next(
+                    o["currentValue"] for o in raw["configOptions"] if o["id"] == MODE_CONFIG_ID
+                )
             if raw.get("sessionUpdate") == "user_message_chunk":
                 session.turns += 1
             await self.client.session_update(session_id=session_id, update=update)
         self._sessions[session_id] = session
-        return LoadSessionResponse(modes=self._modes(session))
+        return LoadSessionResponse(**self._mode_state(session))
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
-        session = self._session(session_id)
-        if mode_id not in {m.id for m in MODES}:
-            raise RequestError.invalid_params({"modeId": f"unknown mode {mode_id!r}"})
-        session.mode = mode_id
-        await self._say(session, update_current_mode(mode_id))
+        # An agent offers its modes one way: a client that picks the other one is wrong.
+        if self._modes_as_config_option:
+            raise RequestError.method_not_found("session/set_mode")
+        await self._switch_mode(self._session(session_id), mode_id)
         return SetSessionModeResponse()
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> SetSessionConfigOptionResponse:
+        if not self._modes_as_config_option:
+            raise RequestError.method_not_found("session/set_config_option")
+        session = self._session(session_id)
+        if config_id != MODE_CONFIG_ID or not isinstance(value, str):
+            raise RequestError.invalid_params({"configId": f"no select option {config_id!r}"})
+        await self._switch_mode(session, value)
+        return SetSessionConfigOptionResponse(config_options=self._config_options(session))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self._sessions.get(session_id)
@@ -160,6 +215,8 @@ class DemoAgent:
                     await asyncio.sleep(pause)
             return PromptResponse(stop_reason="end_turn")
         await self._say(session, update_agent_thought_text(f"Turn {session.turns} in {session.mode} mode."))
+        if cue := _MODE_CUE.search(text):
+            await self._switch_mode(session, cue.group(1))
         if "__die__" in text:
             await self._say(session, update_agent_message_text("Exiting in the middle of the turn."))
             os._exit(3)

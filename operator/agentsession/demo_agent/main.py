@@ -18,12 +18,21 @@ def main(argv: list[str] | None = None) -> int:
         prog="agentsession-demo-agent", description="Deterministic ACP demo agent."
     )
     parser.add_argument("--tick", type=float, default=0.05, help="delay between chunks in __slow__ turns")
+    parser.add_argument(
+        "--modes-as-config-option",
+        action="store_true",
+        help="offer the modes as a session config option (category mode) instead of as modes, as Codex does",
+    )
     args = parser.parse_args(argv)
     # stdout carries the protocol; anything human goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     try:
         # DemoAgent implements the ACP methods it supports; the SDK answers "method not found" for the rest.
-        asyncio.run(run_agent(cast(Agent, DemoAgent(tick=args.tick))))
+        asyncio.run(
+            run_agent(
+                cast(Agent, DemoAgent(tick=args.tick, modes_as_config_option=args.modes_as_config_option))
+            )
+        )
     except KeyboardInterrupt:
         return 130
     return 0

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from agentsession.agentctl_api import mode_config_option
 from agentsession.api.constants import TOKEN_KEY, token_secret_name
 from agentsession.gateway import metrics
 from agentsession.gateway.events import (
@@ -287,6 +288,11 @@ class AgentRegistry:
                 live = LiveState(live.agent_state or "running", True, live.last_error, live.current_mode_id)
             elif what == "current_mode_update":
                 mode = update.get("currentModeId") or update.get("modeId")
+                live = LiveState(live.agent_state, live.turn_running, live.last_error, mode)
+            elif what == "config_option_update" and (
+                option := mode_config_option(update.get("configOptions"))
+            ):
+                mode = option.get("currentValue")
                 live = LiveState(live.agent_state, live.turn_running, live.last_error, mode)
         elif kind == "turn_end":
             live = LiveState(live.agent_state, False, live.last_error, live.current_mode_id)

@@ -212,6 +212,30 @@ def test_dev_values_use_the_local_image(render: Render, monkeypatch: pytest.Monk
             assert (container["image"], container["imagePullPolicy"]) == ("agentsession:dev", "Never")
 
 
+def test_agent_images_follow_the_project_image_and_can_be_overridden(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _operator_config(one(render(DEV), "Deployment", "-operator"), monkeypatch)
+    assert config.agent_profiles["claude-code"].image == "agentsession-claude-code:dev"
+    assert config.agent_profiles["codex"].command == ["codex-acp"]
+    assert config.ca_bundle is None
+    manifests = render(
+        set=[
+            "image.repository=registry.example/agentsession",
+            "agents.gemini.image=gemini:7",
+            "agents.codex.env.RUST_LOG=warn",
+            "caBundle.configMapName=corp-ca",
+        ]
+    )
+    config = _operator_config(one(manifests, "Deployment", "-operator"), monkeypatch)
+    profiles = config.agent_profiles
+    assert profiles["claude-code"].image == "registry.example/agentsession-claude-code:0.1.0"
+    assert profiles["gemini"].image == "gemini:7"
+    assert profiles["codex"].env == {"CODEX_HOME": "$(HOME)/.codex", "RUST_LOG": "warn"}
+    assert config.ca_bundle is not None
+    assert (config.ca_bundle.configMapName, config.ca_bundle.key) == ("corp-ca", "ca.crt")
+
+
 # ---------------------------------------------------------------- RBAC, statically (the cluster test impersonates)
 
 

@@ -255,3 +255,18 @@ def test_workspace_ownership_is_the_agents_group() -> None:
     security = pod_for({})["spec"]["securityContext"]
     assert security["fsGroup"] == 65532
     assert security["fsGroupChangePolicy"] == "OnRootMismatch"
+
+
+def test_configured_profiles_replace_only_the_fields_they_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "AGENTSESSION_AGENT_PROFILES",
+        '{"codex": {"image": "registry.example/agentsession-codex:1.2"},'
+        ' "aider": {"image": "aider:1", "command": ["aider", "--acp"]}}',
+    )
+    config = OperatorConfig()
+    codex = config.agent_profiles["codex"]
+    assert codex.image == "registry.example/agentsession-codex:1.2"
+    assert codex.command == ["codex-acp"]
+    assert codex.state_dirs == ["CODEX_HOME"]
+    assert config.agent_profiles["aider"].command == ["aider", "--acp"]
+    assert config.agent_profiles["claude-code"].image == "agentsession-claude-code:dev"

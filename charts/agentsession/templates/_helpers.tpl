@@ -123,3 +123,16 @@ or in namespace scope the release namespace; empty means cluster-wide.
   resources: [secrets]
   verbs: [get]
 {{- end }}
+
+{{- /* Agent profiles for AGENTSESSION_AGENT_PROFILES: the values' fields, with each empty image derived from
+the project image's repository and tag. */ -}}
+{{- define "agentsession.agentProfiles" -}}
+{{- $profiles := dict }}
+{{- range $type, $profile := .Values.agents }}
+{{- $fields := omit $profile "image" }}
+{{- $image := $profile.image | default (printf "%s-%s:%s" $.Values.image.repository $type ($.Values.image.tag | default $.Chart.AppVersion)) }}
+{{- $_ := set $fields "image" $image }}
+{{- $_ := set $profiles $type $fields }}
+{{- end }}
+{{- toJson $profiles }}
+{{- end }}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -111,7 +111,11 @@ class OperatorConfig(BaseSettings):
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     agentctl_port: int = Field(default=AGENTCTL_PORT, ge=1, le=65535)
-    agent_profiles: dict[str, AgentProfile] = Field(default_factory=_default_profiles)
+    agent_profiles: dict[str, AgentProfile] = Field(
+        default_factory=_default_profiles,
+        description="Per agent type, fields that replace the built-in profile's (e.g. only `image`); "
+        "a type with no built-in profile must give at least `command`.",
+    )
     agentctl_resources: Resources = Field(
         default_factory=lambda: Resources(
             requests={"cpu": "50m", "memory": "64Mi"}, limits={"cpu": "500m", "memory": "256Mi"}
@@ -142,6 +146,25 @@ class OperatorConfig(BaseSettings):
     watch_stall_seconds: float = Field(default=120.0, gt=0)
     log_format: Literal["text", "json"] = "text"
     log_level: str = "INFO"
+
+    @field_validator("agent_profiles", mode="before")
+    @classmethod
+    def _over_the_defaults(cls, given: Any) -> Any:
+        if not isinstance(given, dict):
+            return given
+        merged: dict[str, Any] = {
+            kind: profile.model_dump(by_alias=True) for kind, profile in _default_profiles().items()
+        }
+        for kind, override in given.items():
+            fields = override.model_dump(by_alias=True) if isinstance(override, AgentProfile) else override
+            base = merged.get(kind, {})
+            if isinstance(fields, dict):
+                # env merges by name, so adding one variable keeps the ones the agent needs (e.g. CODEX_HOME).
+                env = {**base.get("env", {}), **(fields.get("env") or {})}
+                merged[kind] = {**base, **fields, "env": env}
+            else:
+                merged[kind] = fields
+        return merged
 
     @property
     def watches_fixed_namespaces(self) -> bool:

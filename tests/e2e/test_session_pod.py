@@ -5,30 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.conftest import LOCAL_KUBECONFIG, wait_until
 from tests.support.kube import Sessions
-from tests.support.processes import OperatorProcess, operator_process
+from tests.support.processes import OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
-
-
-@pytest.fixture(scope="module")
-def operator(
-    kubeconfig: str, crd_installed: list[str], project_image: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with operator_process(kubeconfig, log, image=project_image, image_pull_policy="IfNotPresent") as running:
-        yield running
-
-
-@pytest.fixture
-def sessions(kube_api: Any, namespace: str) -> Sessions:
-    return Sessions(kube_api, namespace)
 
 
 def _agentctl_pid(token: str) -> int:
@@ -50,7 +34,7 @@ def _agentctl_pid(token: str) -> int:
 
 
 def test_session_pod_becomes_ready_through_the_kubelet_probe(
-    operator: OperatorProcess, sessions: Sessions, kubeconfig: str
+    node_operator: OperatorProcess, sessions: Sessions, kubeconfig: str
 ) -> None:
     sessions.create("real", {"title": "on a node", "prompt": "hello from the test"})
     ready = wait_until("Ready=True", lambda: sessions.has_condition("real", "Ready", "True"), timeout=180)

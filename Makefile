@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image demo bench crd
+.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench crd
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ cluster-kubeconfig:
 
 image:
 	hack/image/build.sh
+
+# One image per known agent type (agentsession-claude-code, -codex, -gemini), from images/<type>.
+agent-images:
+	hack/image/build-agents.sh
 
 demo:
 	hack/demo.sh

@@ -12,38 +12,15 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-# shellcheck source=../cluster/lib.sh
-source "$ROOT/hack/cluster/lib.sh"
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
 
 IMAGE="${IMAGE:-agentsession:dev}"
 DEBIAN_SUITE=bookworm
-DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 WHEELHOUSE="$HERE/wheelhouse"
-IMAGES_CACHE="$CACHE_DIR/images"
-
-# buildah stores "name:tag" as localhost/name:tag, a pod's image "name:tag" means docker.io/library/name:tag:
-# build under the name the kubelet will ask for.
-full_name() {
-  local ref="$1" first="${1%%/*}"
-  if [[ "$ref" != */* ]]; then echo "docker.io/library/$ref"
-  elif [[ "$first" != *.* && "$first" != *:* && "$first" != localhost ]]; then echo "docker.io/$ref"
-  else echo "$ref"; fi
-}
 FULL_IMAGE="$(full_name "$IMAGE")"
 
-for c in buildah mmdebstrap; do
-  command -v "$c" >/dev/null || { log "missing $c: running hack/tools/install.sh"; "$ROOT/hack/tools/install.sh"; break; }
-done
-
-# Root here cannot raise rlimits, and buildah's defaults ask for more than the hard limit allows.
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-cat >"$tmp/containers.conf" <<'EOF'
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
-EOF
-export CONTAINERS_CONF="$tmp/containers.conf"
+image_build_setup
 
 # ---------------------------------------------------------------- base image
 if [ -n "${BASE_IMAGE:-}" ]; then
@@ -51,37 +28,19 @@ if [ -n "${BASE_IMAGE:-}" ]; then
   log "base image $base (from BASE_IMAGE)"
 else
   pyver="$(apt-cache policy python3 2>/dev/null | awk '/Candidate:/ {print $2}')"
-  [ -n "$pyver" ] && [ "$pyver" != "(none)" ] || { apt-get update -qq; pyver="$(apt-cache policy python3 | awk '/Candidate:/ {print $2}')"; }
+  if [ -z "$pyver" ] || [ "$pyver" = "(none)" ]; then
+    apt-get update -qq
+    pyver="$(apt-cache policy python3 | awk '/Candidate:/ {print $2}')"
+  fi
   [ -n "$pyver" ] || die "cannot tell Debian's python3 version (apt-cache policy python3); run apt-get update"
   key="$DEBIAN_SUITE-python3-${pyver//[^A-Za-z0-9.]/_}"
   base="localhost/agentsession-base:$key"
-  if ! buildah inspect --type image "$base" >/dev/null 2>&1; then
-    mkdir -p "$IMAGES_CACHE"
-    tarball="$IMAGES_CACHE/base-$key.tar"
-    if [ ! -f "$tarball" ]; then
-      log "building base $base with mmdebstrap from $DEBIAN_MIRROR"
-      # The merged-usr hook lays out /usr itself; otherwise the usrmerge package comes in, and perl with it.
-      mmdebstrap --quiet --variant=essential --include=python3 \
-        --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-        --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-        --dpkgopt='path-exclude=/usr/share/info/*' \
-        "$DEBIAN_SUITE" "${tarball%.tar}.partial.tar" "$DEBIAN_MIRROR" \
-        || die "mmdebstrap failed; check access to $DEBIAN_MIRROR (set DEBIAN_MIRROR to another mirror)"
-      mv "${tarball%.tar}.partial.tar" "$tarball"
-    fi
-    ctr_id="$(buildah from scratch)"
-    buildah add --quiet "$ctr_id" "$tarball" / >/dev/null
-    buildah config --cmd python3 --env LANG=C.UTF-8 "$ctr_id"
-    buildah commit --quiet --rm "$ctr_id" "$base" >/dev/null
-    log "base image $base committed"
-  else
-    log "base image $base cached"
-  fi
+  debian_base "$base" "$key" "$DEBIAN_SUITE" python3
 fi
 
 # The wheels must match the base's python: same minor version as the host python that builds them.
-host_py="$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || command -v python3 )"
+host_py="$ROOT/.venv/bin/python"
+[ -x "$host_py" ] || host_py="$(command -v python3)"
 host_minor="$("$host_py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
 probe_ctr="$(buildah from --quiet --pull-never "$base")"
 base_minor="$(buildah run --network none "$probe_ctr" \
@@ -105,14 +64,12 @@ buildah bud --quiet --layers --network none --pull-never \
   --build-arg "BASE_IMAGE=$base" -t "$FULL_IMAGE" -f "$ROOT/Dockerfile" "$ROOT" \
   || die "buildah bud failed (see above)"
 log "built $FULL_IMAGE"
-buildah images --format '{{.Name}}:{{.Tag}} {{.Size}}' "$FULL_IMAGE" 2>/dev/null | sed 's/^/    /' || true
+print_image_size "$FULL_IMAGE"
 
 # ---------------------------------------------------------------- containerd
-if [ -S "$CONTAINERD_SOCK" ] && ctr --address "$CONTAINERD_SOCK" version >/dev/null 2>&1; then
-  buildah push --quiet "$FULL_IMAGE" "docker-archive:$tmp/image.tar:$FULL_IMAGE" >/dev/null \
-    || die "exporting $FULL_IMAGE from buildah failed"
-  ctr_k8s images import "$tmp/image.tar" >/dev/null || die "importing $FULL_IMAGE into containerd failed"
-  log "imported $FULL_IMAGE into the local cluster's containerd (pods: image: $IMAGE, imagePullPolicy: IfNotPresent)"
+if containerd_running; then
+  import_into_cluster "$FULL_IMAGE"
+  log "pods: image: $IMAGE, imagePullPolicy: IfNotPresent"
 else
   log "local cluster's containerd is not running: run 'make cluster-up' then 'make image' to import the image"
 fi

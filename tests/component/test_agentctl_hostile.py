@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+
 import aiohttp
 import pytest
 import websockets
@@ -133,3 +137,35 @@ async def test_agent_dying_mid_turn_is_reported_and_recoverable(agentctl: Agentc
     status, result = await agentctl.post("/api/v1/acp/prompt", {"prompt": "back again"})
     assert (status, result) == (200, {"stopReason": "end_turn"})
     assert (await agentctl.status())["attachments"] == 2
+
+
+async def test_a_turn_cut_short_by_the_agents_end_names_how_it_ended(agentctl: Agentctl) -> None:
+    await agentctl.post("/api/v1/start", {})
+    # An earlier, unrelated error must not stand in for the cause.
+    await agentctl.ok("POST", "/api/v1/acp/prompt", {"prompt": "__garbage__ first"})
+    assert "not JSON-RPC" in (await agentctl.status())["last_error"]
+
+    status, data = await agentctl.post("/api/v1/acp/prompt", {"prompt": "__die__ now"})
+    assert status == 502
+    assert "exited with code 3" in data["message"]
+    assert "stderr: demo agent: exiting with code 3 on __die__" in data["message"]
+    assert "not JSON-RPC" not in data["message"]
+    turn_ends = [e for e in await agentctl.history() if e["kind"] == "turn_end"]
+    assert turn_ends[-1]["notification"]["error"] == data["message"]
+    assert "exited with code 3" in (await agentctl.status())["last_error"]
+
+    await agentctl.post("/api/v1/start", {})
+    pid = (await agentctl.status())["pid"]
+    words = " ".join(f"w{i}" for i in range(200))
+    turn = asyncio.create_task(agentctl.post("/api/v1/acp/prompt", {"prompt": f"__slow__ {words}"}))
+
+    async def running() -> bool:
+        return bool((await agentctl.status())["acp"]["turn_running"])
+
+    await wait_until(running, "the slow turn to run")
+    os.kill(pid, signal.SIGKILL)
+    status, data = await turn
+    assert status == 502
+    assert f"agent (pid {pid}) was killed by signal {int(signal.SIGKILL)}" in data["message"]
+    turn_ends = [e for e in await agentctl.history() if e["kind"] == "turn_end"]
+    assert turn_ends[-1]["notification"]["error"] == data["message"]

@@ -51,11 +51,18 @@ T = TypeVar("T")
 
 MAX_GARBAGE_REPORTS = 20
 REATTACH_DELAY = 0.5
+# Longer than a transport takes to learn how its agent ended (the subprocess one waits up to 3 s).
+EXIT_REASON_WAIT = 5.0
 
 
 def _dump(model: Any) -> dict[str, Any]:
     out: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return out
+
+
+def _settle(future: asyncio.Future[str], result: str) -> None:
+    if not future.done():
+        future.set_result(result)
 
 
 class BridgeClient:
@@ -153,6 +160,8 @@ class AgentBridge:
         self._stop_requested = False
         self._resume_wanted = False
         self._reattach: asyncio.Task[None] | None = None
+        # How the current attachment ended, for the calls it cut short.
+        self._ended: asyncio.Future[str] | None = None
 
     # ----- status -----
 
@@ -268,21 +277,26 @@ class AgentBridge:
         # BridgeClient implements the part of acp.Client an agentctl offers; the SDK answers the rest.
         conn = connect_to_agent(cast(Client, BridgeClient(self)), channel)
         self._conn, self._channel = conn, channel
+        self._ended = ended = asyncio.get_running_loop().create_future()
         self.pid = pipes.pid
         self.attachments += 1
         self.metrics.agent_attachments.inc()
         self._garbage_reports = 0
         self._stop_requested = False
         # "running" waits for the agent's answer to initialize: an open pipe alone does not prove an agent.
-        self._spawn(self._watch(channel, conn), "agentctl.watch")
+        self._spawn(self._watch(channel, conn, ended), "agentctl.watch")
         return conn
 
-    async def _watch(self, channel: AgentChannel, conn: ClientSideConnection) -> None:
+    async def _watch(
+        self, channel: AgentChannel, conn: ClientSideConnection, ended: asyncio.Future[str]
+    ) -> None:
         await channel.eof.wait()
         if self._conn is not conn:
             return
         self._conn = self._channel = None
         reason = await self.transport.exit_reason()
+        # Its own attachment's: a start during the wait above may have made another one current.
+        _settle(ended, reason)
         turn_was_running = self._eof_during_turn
         self.permissions.cancel_all("agent_exited")
         self._reset_acp()
@@ -322,9 +336,23 @@ class AgentBridge:
             if conn is None or self.acp.initialized:
                 return
             self._conn = self._channel = None
+            self._end_attachment("agentctl gave up on an agent that did not answer initialize")
             with contextlib.suppress(Exception):
                 await conn.close()
             await self.transport.detach(stop_agent=False)
+
+    def _end_attachment(self, reason: str) -> None:
+        if self._ended is not None:
+            _settle(self._ended, reason)
+
+    async def _why_lost(self, ended: asyncio.Future[str] | None) -> str | None:
+        """How the attachment a call went out on ended; its watcher may still be learning it."""
+        if ended is None:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.shield(ended), EXIT_REASON_WAIT)
+        except TimeoutError:
+            return None
 
     def _reset_acp(self) -> None:
         self.acp = AcpState()
@@ -348,6 +376,7 @@ class AgentBridge:
         return self.acp.session_id
 
     async def _call(self, method: str, call: Awaitable[T], wait_s: float | None = None) -> T:
+        ended = self._ended
         try:
             return await asyncio.wait_for(call, wait_s if wait_s is not None else self.config.attach_timeout)
         except RequestError as exc:
@@ -355,7 +384,8 @@ class AgentBridge:
         except TimeoutError:
             raise ApiError(504, "agent_timeout", f"agent did not answer {method} in time") from None
         except ConnectionError as exc:
-            reason = self.last_error or str(exc)
+            # Not last_error: that may be an older, unrelated error, and the exit may not be recorded yet.
+            reason = await self._why_lost(ended) or str(exc)
             raise ApiError(502, "agent_exited", f"agent connection lost during {method}: {reason}") from exc
 
     # ----- ACP operations -----
@@ -582,6 +612,7 @@ class AgentBridge:
             if self._reattach is not None:
                 self._reattach.cancel()
             conn, self._conn, self._channel = self._conn, None, None
+            self._end_attachment("agentctl stopped the agent")
             self.state = "stopping"
             self.permissions.cancel_all("agent_stopped")
             if conn is not None:

@@ -219,6 +219,7 @@ class DemoAgent:
             await self._switch_mode(session, cue.group(1))
         if "__die__" in text:
             await self._say(session, update_agent_message_text("Exiting in the middle of the turn."))
+            os.write(2, b"demo agent: exiting with code 3 on __die__\n")
             os._exit(3)
         if "__garbage__" in text:
             os.write(1, b"this line is not JSON-RPC\n")

@@ -36,11 +36,6 @@ def encode(event: Event) -> bytes:
     return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
 async def stream_reply(
     request: web.Request, reply: Reply, renderer: Renderer, received: Received
 ) -> web.StreamResponse:
@@ -49,14 +44,16 @@ async def stream_reply(
     )
     await response.prepare(request)
     try:
-        await _send(request, response, renderer.opening())
+        await _send(response, renderer.opening())
         for i, chunk in enumerate(reply.chunks):
             if i and reply.interval:
                 await asyncio.sleep(reply.interval)
-            await _send(request, response, renderer.text(chunk))
-        await _send(request, response, renderer.closing())
+            await _send(response, renderer.text(chunk))
+        await _send(response, renderer.closing())
         await response.write_eof()
     except ConnectionResetError:
+        # aiohttp refuses writes once the client has closed the connection, so a hang-up ends the reply at the
+        # next chunk.
         received.outcome = "disconnected"
         log.info("client went away mid-reply", extra={"endpoint": received.endpoint})
         return response
@@ -64,8 +61,6 @@ async def stream_reply(
     return response
 
 
-async def _send(request: web.Request, response: web.StreamResponse, events: list[Event]) -> None:
-    if _gone(request):
-        raise ConnectionResetError("client disconnected")
+async def _send(response: web.StreamResponse, events: list[Event]) -> None:
     for event in events:
         await response.write(encode(event))

@@ -139,6 +139,7 @@ async def launch(
     log_path: Path | None = None,
     token: str = TOKEN,
     port: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> Agentctl:
     port = port or free_port()
     log_path = log_path or workdir.parent / f"agentctl-{port}.log"
@@ -156,7 +157,11 @@ async def launch(
     ]
     with log_path.open("ab") as log:
         proc = await asyncio.create_subprocess_exec(
-            *cmd, stdout=log, stderr=log, env=child_env(AGENTCTL_TOKEN=token), start_new_session=True
+            *cmd,
+            stdout=log,
+            stderr=log,
+            env=child_env(AGENTCTL_TOKEN=token, **(env or {})),
+            start_new_session=True,
         )
     ctl = Agentctl(proc, port, workdir, log_path, http, token)
 

@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,14 @@ def _default_agent_command() -> tuple[str, ...]:
 
 
 MAX_BODY_BYTES = 1024 * 1024
+
+# agentctl's own settings: the bearer token and anything named like it. The processes agentctl starts (the agent,
+# the workspace shell) run code agentctl does not control and must not be able to act as agentctl's clients.
+AGENTCTL_ENV_PREFIX = "AGENTCTL_"
+
+
+def child_environment(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k != TOKEN_ENV and not k.startswith(AGENTCTL_ENV_PREFIX)}
 
 
 class ConfigError(Exception):
@@ -41,6 +50,7 @@ class Config:
     shell_command: tuple[str, ...]
     log_format: str
     log_level: str
+    child_env: dict[str, str]
 
     @property
     def transport_name(self) -> str:
@@ -133,4 +143,5 @@ def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = Non
         shell_command=tuple(shlex.split(args.shell)) if args.shell else _default_shell(),
         log_format=args.log_format,
         log_level=args.log_level.upper(),
+        child_env=child_environment(env),
     )

@@ -52,10 +52,10 @@ class Services:
         if config.agent_fifo_dir is not None:
             transport = FifoTransport(config.agent_fifo_dir)
         else:
-            transport = SubprocessTransport(config.agent_command, config.workdir)
+            transport = SubprocessTransport(config.agent_command, config.workdir, config.child_env)
         store = SessionStore(config.session_state_path)
         bridge = AgentBridge(config, transport, hub, permissions, metrics, store)
-        shell = ShellSession(config.shell_command, config.workdir)
+        shell = ShellSession(config.shell_command, config.workdir, config.child_env)
         return cls(config, metrics, journal, hub, permissions, bridge, shell)
 
     def last_activity_at(self) -> str:

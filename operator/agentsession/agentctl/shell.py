@@ -29,9 +29,10 @@ def _make_controlling_tty() -> None:
 
 
 class ShellSession:
-    def __init__(self, command: tuple[str, ...], cwd: Path) -> None:
+    def __init__(self, command: tuple[str, ...], cwd: Path, env: dict[str, str]) -> None:
         self._command = command
         self._cwd = cwd
+        self._env = env
         self._proc: asyncio.subprocess.Process | None = None
         self._master: int | None = None
         self._ring = bytearray()
@@ -69,7 +70,7 @@ class ShellSession:
             if self.running:
                 return
             master, slave = pty.openpty()
-            env = dict(os.environ)
+            env = dict(self._env)
             env.setdefault("TERM", "xterm-256color")
             env.setdefault("HOME", str(self._cwd))
             try:

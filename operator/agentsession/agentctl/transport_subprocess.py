@@ -21,9 +21,10 @@ STDERR_TAIL_LINES = 20
 class SubprocessTransport(AgentTransport):
     name = "subprocess"
 
-    def __init__(self, command: tuple[str, ...], cwd: Path) -> None:
+    def __init__(self, command: tuple[str, ...], cwd: Path, env: dict[str, str]) -> None:
         self._command = command
         self._cwd = cwd
+        self._env = env
         self._proc: asyncio.subprocess.Process | None = None
         self._stderr_task: asyncio.Task[None] | None = None
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -38,6 +39,7 @@ class SubprocessTransport(AgentTransport):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=self._cwd,
+                env=self._env,
                 limit=LINE_LIMIT,
                 # Its own process group, so stop() reaches helpers the agent spawned.
                 start_new_session=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 
@@ -10,7 +11,8 @@ import aiohttp
 import pytest
 import websockets
 
-from tests.component.conftest import Agentctl, frames_until, wait_until
+from agentsession.demo_agent.agent import ODD_UPDATES
+from tests.component.conftest import Agentctl, frames_until, update_kind, wait_until
 
 AUTH_CASES = [
     ({}, "missing"),
@@ -169,3 +171,22 @@ async def test_a_turn_cut_short_by_the_agents_end_names_how_it_ended(agentctl: A
     assert f"agent (pid {pid}) was killed by signal {int(signal.SIGKILL)}" in data["message"]
     turn_ends = [e for e in await agentctl.history() if e["kind"] == "turn_end"]
     assert turn_ends[-1]["notification"]["error"] == data["message"]
+
+
+async def test_updates_the_schema_rejects_are_journaled_with_one_warning_per_kind(agentctl: Agentctl) -> None:
+    await agentctl.post("/api/v1/start", {})
+    status, result = await agentctl.post("/api/v1/acp/prompt", {"prompt": "__odd__ ones"})
+    assert (status, result) == (200, {"stopReason": "end_turn"})
+    kinds = {u["sessionUpdate"] for u in ODD_UPDATES}
+    journaled = [
+        e["notification"]["update"]
+        for e in await agentctl.history()
+        if update_kind(e) in kinds and e["notification"]["update"] in ODD_UPDATES
+    ]
+    assert journaled == list(ODD_UPDATES)
+
+    lines = [json.loads(line) for line in agentctl.log().splitlines()]
+    warnings = [line for line in lines if line["level"] == "warning"]
+    assert sorted(w["kind"] for w in warnings) == sorted(kinds)
+    assert all("journaled as sent" in w["msg"] for w in warnings)
+    assert [line["msg"] for line in lines if "exc" in line] == []

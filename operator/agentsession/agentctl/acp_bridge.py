@@ -22,6 +22,7 @@ from acp.schema import (
     PermissionOption,
     PromptRequest,
     RequestPermissionResponse,
+    SessionNotification,
     ToolCallUpdate,
 )
 from pydantic import ValidationError
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_GARBAGE_REPORTS = 20
+# Update kinds are the agent's strings: past this many, invalid ones are journaled without a warning.
+MAX_INVALID_KINDS = 50
 REATTACH_DELAY = 0.5
 # Longer than a transport takes to learn how its agent ended (the subprocess one waits up to 3 s).
 EXIT_REASON_WAIT = 5.0
@@ -78,10 +81,6 @@ class BridgeClient:
             session_id, _dump(tool_call), [_dump(o) for o in options]
         )
         return RequestPermissionResponse.model_validate({"outcome": outcome})
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        # Journaled by the channel, in arrival order; the SDK's per-message tasks could reorder them here.
-        return None
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         raise RequestError.method_not_found(method)
@@ -156,6 +155,7 @@ class AgentBridge:
         self._turn: asyncio.Task[str] | None = None
         self._suppress_replay = False
         self._garbage_reports = 0
+        self._invalid_kinds: set[str] = set()
         self._eof_during_turn = False
         self._stop_requested = False
         self._resume_wanted = False
@@ -217,17 +217,27 @@ class AgentBridge:
 
     # ----- messages from the agent (called by the channel, in order) -----
 
-    def _on_message(self, message: dict[str, Any]) -> None:
+    def _on_message(self, message: dict[str, Any]) -> bool:
+        """Journal a session/update as it came; True when the message is done with and the SDK must not get it.
+
+        The SDK would only validate each update and pass it to a no-op handler, in a task of its own that can
+        reorder them; one that does not validate (a newer kind, a field the SDK's models reject) it would log
+        with a traceback and drop. Here the journal keeps it, and the log says so once per kind.
+        """
         if message.get("method") != "session/update" or "id" in message:
-            return
+            return False
         params = message.get("params")
         update = params.get("update") if isinstance(params, dict) else None
         if not isinstance(update, dict) or not isinstance(update.get("sessionUpdate"), str):
             self._record_error(
                 f"agent sent a malformed session/update: {str(params)[:200]}", "agent_protocol"
             )
-            return
+            return True
         kind = update["sessionUpdate"]
+        try:
+            SessionNotification.model_validate(params)
+        except ValidationError as exc:
+            self._warn_invalid(kind, exc)
         if kind == "current_mode_update" and isinstance(update.get("currentModeId"), str):
             self.acp.current_mode_id = update["currentModeId"]
         elif kind == "config_option_update":
@@ -239,9 +249,25 @@ class AgentBridge:
         if self._suppress_replay:
             # session/load replays what the journal already holds; journaling it again would duplicate it.
             self.metrics.updates.labels("replayed").inc()
-            return
+            return True
         self.metrics.updates.labels(kind).inc()
         self.hub.publish("session_update", cast(dict[str, Any], params))
+        return True
+
+    def _warn_invalid(self, kind: str, exc: ValidationError) -> None:
+        if kind in self._invalid_kinds or len(self._invalid_kinds) >= MAX_INVALID_KINDS:
+            return
+        self._invalid_kinds.add(kind)
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        log.warning(
+            "agent sent a session/update of kind %r that the ACP schema of this agentctl does not accept"
+            " (%s: %s); journaled as sent, and further ones of this kind are not reported",
+            kind[:100],
+            where,
+            first["msg"][:300],
+            extra={"kind": kind[:100]},
+        )
 
     def _on_garbage(self, line: bytes) -> None:
         self._garbage_reports += 1

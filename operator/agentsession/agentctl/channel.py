@@ -2,7 +2,8 @@
 
 The SDK's own newline transport drops lines it cannot parse without telling anyone; agentctl must report an
 agent that prints garbage, and must see each message in arrival order (so the journal order equals the agent's
-order). This transport does both, and hands every message on to the SDK's connection unchanged.
+order). This transport does both, and hands on to the SDK's connection, unchanged, every message that the
+bridge has not dealt with in full.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ class AgentChannel:
     def __init__(
         self,
         pipes: AgentPipes,
-        on_message: Callable[[dict[str, Any]], None],
+        on_message: Callable[[dict[str, Any]], bool],
         on_garbage: Callable[[bytes], None],
         on_eof: Callable[[], None],
     ) -> None:
@@ -55,7 +56,8 @@ class AgentChannel:
             if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
                 self._on_garbage(line)
                 continue
-            self._on_message(message)
+            if self._on_message(message):
+                continue
             return message
 
     async def _read_line(self) -> bytes | None:

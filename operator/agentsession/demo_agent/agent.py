@@ -2,7 +2,8 @@
 
 Cues in the prompt: "permission" asks the client for a permission; "__slow__" streams slowly (for cancel);
 "__burst N__" (or "__burst N every Uus__") streams N timestamped chunks (for the benchmark); "__garbage__" prints a non-JSON line;
-"__die__" exits in the middle of the turn; "__mode ID__" switches to mode ID on the agent's own account.
+"__die__" exits in the middle of the turn; "__mode ID__" switches to mode ID on the agent's own account;
+"__odd__" sends session updates that the ACP schema rejects, as a newer agent may.
 
 With `modes_as_config_option` the agent offers its modes as a session config option of category "mode", set with
 session/set_config_option, as Codex does, instead of as `modes` set with session/set_mode.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import time
@@ -57,6 +59,12 @@ MODES = (
 )
 MODE_CONFIG_ID = "mode"
 _MODE_CUE = re.compile(r"__mode ([A-Za-z0-9_-]+)__")
+# Two of a kind the schema does not know, and a known kind with a field of the wrong type.
+ODD_UPDATES = (
+    {"sessionUpdate": "future_update", "detail": 1},
+    {"sessionUpdate": "future_update", "detail": 2},
+    {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": 42}},
+)
 _BURST = re.compile(r"__burst (\d{1,7})(?: every (\d{1,5})us)?__")
 
 
@@ -221,6 +229,15 @@ class DemoAgent:
             await self._say(session, update_agent_message_text("Exiting in the middle of the turn."))
             os.write(2, b"demo agent: exiting with code 3 on __die__\n")
             os._exit(3)
+        if "__odd__" in text:
+            # Written past the SDK, which would refuse to send them.
+            for odd in ODD_UPDATES:
+                line = {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": session_id, "update": odd},
+                }
+                os.write(1, json.dumps(line).encode() + b"\n")
         if "__garbage__" in text:
             os.write(1, b"this line is not JSON-RPC\n")
         call_id = f"call-{session.turns}"

@@ -48,6 +48,7 @@ image_build_setup
 
 # ---------------------------------------------------------------- bases
 # Keyed by the versions of what they carry, so a Debian update makes a new base and the old one stays usable.
+debian_index_update "$DEBIAN_SUITE"
 node_versions="$(debian_versions "$DEBIAN_SUITE" nodejs ca-certificates git)"
 node_base="localhost/agentsession-agent-base:$DEBIAN_SUITE-$node_versions"
 debian_base "$node_base" "$DEBIAN_SUITE-$node_versions" "$DEBIAN_SUITE" nodejs,ca-certificates,git

@@ -37,21 +37,35 @@ EOF
   export CONTAINERS_CONF="$tmp/containers.conf"
 }
 
-# Prints "pkg-version" for each package as Debian SUITE (main) has it now, joined by "-", for cache keys.
-# A private apt state under $IMAGES_CACHE reads the suite's index: the host may run another release, and its
-# installed packages must not count as candidates.
+# apt options that read Debian SUITE (main) through a private state under $IMAGES_CACHE: the host may run another
+# release, and its installed packages must not count as candidates.
+debian_apt_opts() {
+  local dir="$IMAGES_CACHE/apt-$1"
+  echo "-o Dir::Etc::SourceList=$dir/sources.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$dir/lists"
+  echo "-o Dir::State::status=$dir/status -o Dir::Cache=$dir/cache"
+}
+
+# Refreshes SUITE's package index (a no-op download when the mirror has not changed).
+debian_index_update() {
+  local suite="$1" dir="$IMAGES_CACHE/apt-$1"
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+  [ -f "$dir/status" ] || : >"$dir/status"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $DEBIAN_MIRROR $suite main" >"$dir/sources.list"
+  # shellcheck disable=SC2046  # the options are words without spaces
+  apt-get $(debian_apt_opts "$suite") update -qq >/dev/null 2>"$dir/update.log" \
+    || die "apt-get update for $suite from $DEBIAN_MIRROR failed (log: $dir/update.log); set DEBIAN_MIRROR to another mirror"
+}
+
+# Prints "pkg-version" for each package as SUITE has it (after debian_index_update), joined by "-", for cache keys.
 debian_versions() {
   local suite="$1"; shift
-  local dir="$IMAGES_CACHE/apt-$suite" pkg ver out=""
-  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
-  : >"$dir/status"
-  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $DEBIAN_MIRROR $suite main" >"$dir/sources.list"
-  local opts=(-o "Dir::Etc::SourceList=$dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-    -o "Dir::State::Lists=$dir/lists" -o "Dir::State::status=$dir/status" -o "Dir::Cache=$dir/cache")
-  apt-get "${opts[@]}" update -qq >/dev/null 2>"$dir/update.log" \
-    || die "apt-get update for $suite from $DEBIAN_MIRROR failed (log: $dir/update.log); set DEBIAN_MIRROR to another mirror"
+  local pkg ver out=""
+  local -A candidate=()
+  # shellcheck disable=SC2046  # the options are words without spaces
+  while read -r pkg ver; do candidate[$pkg]="$ver"; done < <(apt-cache $(debian_apt_opts "$suite") policy "$@" \
+    | awk '/^[^ ]/ {sub(":$", "", $1); pkg = $1} /Candidate:/ {print pkg, $2}')
   for pkg in "$@"; do
-    ver="$(apt-cache "${opts[@]}" policy "$pkg" | awk '/Candidate:/ {print $2}')"
+    ver="${candidate[$pkg]:-}"
     if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then die "Debian $suite has no package $pkg"; fi
     out+="${out:+-}$pkg-${ver//[^A-Za-z0-9.]/_}"
   done

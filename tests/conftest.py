@@ -329,19 +329,36 @@ def _image_in_local_containerd(names: set[str]) -> bool:
     return proc.returncode == 0 and bool(names & set(proc.stdout.split()))
 
 
+def image_present(kube_api: Any, kubeconfig: str, ref: str) -> bool:
+    """Whether the node (or the local cluster's containerd) has the image `ref`, so pods need no pull."""
+    from kubernetes import client
+
+    names = _image_names(ref)
+    local = Path(kubeconfig) == LOCAL_KUBECONFIG
+    return (local and _image_in_local_containerd(names)) or _image_on_node(client.CoreV1Api(kube_api), names)
+
+
 @pytest.fixture(scope="session")
 def project_image(kube_api: Any, kubeconfig: str, kubelet_ready: str) -> str:
     """The project's image reference (env AGENTSESSION_IMAGE, default agentsession:dev), present on the node."""
-    from kubernetes import client
 
     ref = os.environ.get("AGENTSESSION_IMAGE", DEFAULT_IMAGE)
-    names = _image_names(ref)
-    core = client.CoreV1Api(kube_api)
-    local = Path(kubeconfig) == LOCAL_KUBECONFIG
-    if (local and _image_in_local_containerd(names)) or _image_on_node(core, names):
+    if image_present(kube_api, kubeconfig, ref):
         return ref
     _unavailable(
         f"image {ref} is not on the node: build and import it with `make image`",
         require_env=("AGENTSESSION_REQUIRE_KUBELET",),
     )
     raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="module")
+def node_operator(
+    kubeconfig: str, crd_installed: list[str], project_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """The real operator, reaching each agentctl at its pod IP, with the project image on the node."""
+    from tests.support.processes import operator_process
+
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with operator_process(kubeconfig, log, image=project_image, image_pull_policy="IfNotPresent") as running:
+        yield running

@@ -99,7 +99,7 @@ def test_known_agent_without_an_image_is_a_spec_error_that_says_what_to_set() ->
 def test_known_agents_run_the_project_images_by_default(kind: str, image: str, command: list[str]) -> None:
     agent = container(pod_for({"agent": {"type": kind}}), "agent")
     assert agent["image"] == image
-    assert agent["command"][4:] == command
+    assert agent["command"][4 : 4 + len(command)] == command
 
 
 def test_profile_image_and_args_apply_to_known_agents() -> None:
@@ -249,6 +249,14 @@ def test_the_model_endpoint_reaches_each_agent_its_own_way() -> None:
     assert 'model="small"' in argv
     plain = container(pod_for({"agent": {"type": "codex"}}, config), "agent")
     assert not any("model_providers" in arg for arg in plain["command"])
+    # The profile's own arguments stay ahead of the model's.
+    assert argv[:5] == [
+        "codex-acp",
+        "-c",
+        'sandbox_mode="danger-full-access"',
+        "-c",
+        'approval_policy="untrusted"',
+    ]
 
 
 def test_workspace_ownership_is_the_agents_group() -> None:

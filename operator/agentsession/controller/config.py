@@ -75,6 +75,9 @@ def _default_profiles() -> dict[str, AgentProfile]:
         "codex": AgentProfile(
             image="agentsession-codex:dev",
             command=["codex-acp"],
+            # The pod is the sandbox (codex's own needs privileges a restricted pod lacks); "untrusted" still
+            # asks the user, through a permission request, before any command that changes something.
+            args=["-c", 'sandbox_mode="danger-full-access"', "-c", 'approval_policy="untrusted"'],
             env={"CODEX_HOME": "$(HOME)/.codex"},
             state_dirs=["CODEX_HOME"],
             # Codex takes another endpoint as a named provider; OPENAI_API_KEY (from the credentials Secret)

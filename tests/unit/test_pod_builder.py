@@ -250,7 +250,7 @@ def test_the_model_endpoint_reaches_each_agent_its_own_way() -> None:
     plain = container(pod_for({"agent": {"type": "codex"}}, config), "agent")
     assert not any("model_providers" in arg for arg in plain["command"])
     # The profile's own arguments stay ahead of the model's.
-    assert argv[:5] == [
+    assert argv[1:6] == [
         "codex-acp",
         "-c",
         'sandbox_mode="danger-full-access"',

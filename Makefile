@@ -23,8 +23,10 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # All tests: unit, component (real processes), integration and e2e (a real cluster; see hack/cluster).
+# tests/agents runs the real adapters that `make agent-images` installed on this host.
 test: $(STAMP) lint typecheck
-	$(PY) -m pytest -p no:cacheprovider -ra $(PYTEST_ARGS)
+	AGENTSESSION_AGENTS_NPM_DIR="$${AGENTSESSION_AGENTS_NPM_DIR:-$$(hack/image/build-agents.sh --print-npm-dir 2>/dev/null)}" \
+	  $(PY) -m pytest -p no:cacheprovider -ra $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider -ra tests/unit $(PYTEST_ARGS)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the project image with buildah, without a registry or network access inside the build:
-#   1. a Debian bookworm base with python3, made with mmdebstrap from Debian's mirror (cached by python3 version),
+#   1. a Debian bookworm base with python3 and the CA bundle, made with mmdebstrap from Debian's mirror (cached by python3 version),
 #   2. wheels of the project and all its dependencies, built on this host with pip,
 #   3. the Dockerfile, fed that base and that wheelhouse,
 # then imports the result into the local cluster's containerd (namespace k8s.io) when it runs.
@@ -33,9 +33,9 @@ else
     pyver="$(apt-cache policy python3 | awk '/Candidate:/ {print $2}')"
   fi
   [ -n "$pyver" ] || die "cannot tell Debian's python3 version (apt-cache policy python3); run apt-get update"
-  key="$DEBIAN_SUITE-python3-${pyver//[^A-Za-z0-9.]/_}"
+  key="$DEBIAN_SUITE-python3-${pyver//[^A-Za-z0-9.]/_}-ca-certificates"
   base="localhost/agentsession-base:$key"
-  debian_base "$base" "$key" "$DEBIAN_SUITE" python3
+  debian_base "$base" "$key" "$DEBIAN_SUITE" python3,ca-certificates
 fi
 
 # The wheels must match the base's python: same minor version as the host python that builds them.

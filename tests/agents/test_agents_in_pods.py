@@ -205,21 +205,47 @@ async def shell_listing(gateway: GatewayProcess, task_id: str) -> str:
 
         subscribed = await request("shell.subscribe", {"task_id": task_id})
         assert subscribed["type"] == "response", subscribed
-        await request("shell.input", {"task_id": task_id, "data": f"ls -1 /workspace; echo END-{marker}\n"})
+        # printf prints the marker without the line that typed it, so only the output can match.
+        await request(
+            "shell.input", {"task_id": task_id, "data": f"ls -1 /workspace; printf 'END-%s\\n' {marker}\n"}
+        )
         seen = ""
         deadline = time.monotonic() + 30
-        while f"END-{marker}\r\n" not in seen.split(f"echo END-{marker}", 1)[-1]:
+        while f"END-{marker}" not in seen:
             assert time.monotonic() < deadline, f"no listing from the shell; got {seen[-500:]!r}"
             frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
             if frame.get("action") == "shell.output":
                 seen += frame["payload"]["data"]
-        return seen.split(f"echo END-{marker}", 1)[-1]
+        return seen
+
+
+def answer_to(request_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda f: f["type"] in ("ack", "error") and f["payload"].get("requestId") == request_id
+
+
+async def send_prompt(ui: Client, agent_id: str, text: str) -> int:
+    """Sends a prompt once no turn is running (the initial prompt's may still be); returns the frame index
+    from which its turn's frames follow."""
+    for attempt in range(10):
+        mark = len(ui.frames)
+        request_id = f"prompt-{attempt}-{uuid.uuid4().hex[:8]}"
+        answer = await ui.request(
+            {"type": "send_agent_message", "agentId": agent_id, "text": text, "requestId": request_id},
+            answer_to(request_id), "the prompt's ack",
+        )  # fmt: skip
+        if answer["type"] == "ack":
+            return mark
+        assert answer["payload"]["code"] == "conflict", answer
+        await ui.wait_for(
+            f"the running turn's end (attempt {attempt})", of_type("agent_status", status="ready"), TURN_WITHIN,
+            since=mark,
+        )  # fmt: skip
+    raise AssertionError(f"the agent stayed busy; prompt {text!r} was never accepted")
 
 
 async def prompt_turn(ui: Client, agent_id: str, text: str) -> list[dict[str, Any]]:
     """Sends a prompt and returns the updates of its turn once the agent is ready again."""
-    mark = len(ui.frames)
-    await ui.send({"type": "send_agent_message", "agentId": agent_id, "text": text})
+    mark = await send_prompt(ui, agent_id, text)
     await ui.wait_for("processing", of_type("agent_status", status="processing"), TURN_WITHIN, since=mark)
     await ui.wait_for(
         "ready after the turn", of_type("agent_status", status="ready"), TURN_WITHIN, since=mark
@@ -229,8 +255,7 @@ async def prompt_turn(ui: Client, agent_id: str, text: str) -> list[dict[str, An
 
 async def answer_permission(ui: Client, agent_id: str, text: str, kind: str) -> list[dict[str, Any]]:
     """A prompt whose tool call asks for permission, answered with the option of `kind`."""
-    mark = len(ui.frames)
-    await ui.send({"type": "send_agent_message", "agentId": agent_id, "text": text})
+    mark = await send_prompt(ui, agent_id, text)
     asked = await ui.wait_for(
         "permission request", of_type("agent_permission_request"), TURN_WITHIN, since=mark
     )
@@ -282,9 +307,6 @@ async def test_a_real_agent_runs_end_to_end(
     first = await initialize(ui, agent_id, "init-1")
     assert first["info"]["sessionId"] == session_id
     assert FIRST_PROMPT in user_prompts(first["updates"])
-    if first["info"]["status"] == "processing":
-        await ui.wait_for("the first turn's end", of_type("agent_status", status="ready"), TURN_WITHIN)
-
     # A prompt streams text.
     updates = await prompt_turn(ui, agent_id, "say something")
     assert "Hello from the model stub. You said: say something" in message_text(updates)
@@ -300,8 +322,7 @@ async def test_a_real_agent_runs_end_to_end(
     assert "rejected.txt" not in listing
 
     # Cancel mid-turn: the turn ends long before the slow reply would.
-    mark = len(ui.frames)
-    await ui.send({"type": "send_agent_message", "agentId": agent_id, "text": "be slow"})
+    mark = await send_prompt(ui, agent_id, "be slow")
     await ui.wait_for(
         "the first slow chunk",
         lambda f: f.get("type") == "agent_update" and update_kind(f) == "agent_message_chunk",

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from acp import PROTOCOL_VERSION, Client, RequestError, connect_to_agent
@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_GARBAGE_REPORTS = 20
+# ACP's "authentication required" error code.
+AUTH_REQUIRED = -32000
 # Update kinds are the agent's strings: past this many, invalid ones are journaled without a warning.
 MAX_INVALID_KINDS = 50
 REATTACH_DELAY = 0.5
@@ -98,6 +100,8 @@ class AcpState:
         self.protocol_version: int | None = None
         self.agent_info: dict[str, Any] | None = None
         self.agent_capabilities: dict[str, Any] = {}
+        # The agent's API-key methods (ACP `env_var` auth methods), in the order it prefers them.
+        self.key_auth_methods: list[str] = []
         self.session_id: str | None = None
         self.cwd: str | None = None
         self.current_mode_id: str | None = None
@@ -450,7 +454,36 @@ class AgentBridge:
         self.acp.protocol_version = resp.protocol_version
         self.acp.agent_info = _dump(resp.agent_info) if resp.agent_info else None
         self.acp.agent_capabilities = _dump(resp.agent_capabilities) if resp.agent_capabilities else {}
+        self.acp.key_auth_methods = [
+            str(m["id"]) for m in _dump(resp).get("authMethods", []) if m.get("type") == "env_var"
+        ]
         return _dump(resp)
+
+    async def _authenticated(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Runs session/new or session/load; when the agent asks for authentication first (Codex does, unless
+        its model provider is configured), authenticates with the API-key methods it offers, in its order (the
+        keys are in its environment, from the session's credentials Secret), then runs the call again."""
+        try:
+            return await self._call(method, call())
+        except ApiError as exc:
+            if exc.details.get("agent_error_code") != AUTH_REQUIRED or not self.acp.key_auth_methods:
+                raise
+        conn = self._require_initialized()
+        refused = []
+        for method_id in self.acp.key_auth_methods:
+            try:
+                await self._call("authenticate", conn.authenticate(method_id=method_id))
+            except ApiError as exc:
+                refused.append(f"{method_id}: {exc.message}")
+                continue
+            log.info("authenticated with the agent's API-key method", extra={"method_id": method_id})
+            return await self._call(method, call())
+        raise ApiError(
+            502,
+            "agent_auth_required",
+            f"the agent asks for authentication before {method} and refused each of its API-key methods "
+            f"({'; '.join(refused)}): put the key it names in the Secret of spec.agent.credentialsSecretRef",
+        )
 
     def _require_initialized(self) -> ClientSideConnection:
         conn = self._require_conn()
@@ -461,7 +494,7 @@ class AgentBridge:
     async def new_session(self, cwd: str | None) -> dict[str, Any]:
         conn = self._require_initialized()
         cwd = self._check_cwd(cwd)
-        resp = await self._call("session/new", conn.new_session(cwd=cwd, mcp_servers=[]))
+        resp = await self._authenticated("session/new", lambda: conn.new_session(cwd=cwd, mcp_servers=[]))
         self.acp.session_id, self.acp.cwd = resp.session_id, cwd
         self.acp.current_mode_id, self.acp.available_modes, self.acp.mode_config_id = None, [], None
         raw = _dump(resp)
@@ -476,8 +509,8 @@ class AgentBridge:
         cwd = self._check_cwd(cwd)
         self._suppress_replay = self.hub.journal.has_entries()
         try:
-            resp = await self._call(
-                "session/load", conn.load_session(cwd=cwd, session_id=session_id, mcp_servers=[])
+            resp = await self._authenticated(
+                "session/load", lambda: conn.load_session(cwd=cwd, session_id=session_id, mcp_servers=[])
             )
         finally:
             self._suppress_replay = False

@@ -34,7 +34,10 @@ from acp import (
 from acp.helpers import text_block, tool_content, update_current_mode
 from acp.schema import (
     AgentCapabilities,
+    AuthenticateResponse,
+    AuthEnvVar,
     ConfigOptionUpdate,
+    EnvVarAuthMethod,
     Implementation,
     InitializeResponse,
     LoadSessionResponse,
@@ -79,9 +82,14 @@ class Session:
 
 
 class DemoAgent:
-    def __init__(self, tick: float = 0.05, modes_as_config_option: bool = False) -> None:
+    def __init__(
+        self, tick: float = 0.05, modes_as_config_option: bool = False, key_variable: str | None = None
+    ) -> None:
         self._tick = tick
         self._modes_as_config_option = modes_as_config_option
+        # Like Codex without a configured provider: sessions need an `authenticate` with this API-key variable.
+        self._key_variable = key_variable
+        self._authenticated = key_variable is None
         self._client: Client | None = None
         self._sessions: dict[str, Session] = {}
 
@@ -149,9 +157,34 @@ class DemoAgent:
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(load_session=True),
             agent_info=Implementation(name="agentsession-demo-agent", title="Demo agent", version="0.1.0"),
+            auth_methods=self._auth_methods(),
         )
 
+    def _auth_methods(self) -> list[Any]:
+        if self._key_variable is None:
+            return []
+        # A method whose variable is never set comes first, so a client must try the agent's methods in turn.
+        return [
+            EnvVarAuthMethod(type="env_var", id=method_id, name=variable, vars=[AuthEnvVar(name=variable)])
+            for method_id, variable in (
+                ("unset-key", f"{self._key_variable}_UNSET"),
+                ("key", self._key_variable),
+            )
+        ]
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse:
+        variable = {m.id: m.vars[0].name for m in self._auth_methods()}.get(method_id)
+        if variable is None or not os.environ.get(variable):
+            raise RequestError.auth_required({"methodId": method_id, "reason": f"{variable} is not set"})
+        self._authenticated = True
+        return AuthenticateResponse()
+
+    def _require_authentication(self) -> None:
+        if not self._authenticated:
+            raise RequestError.auth_required()
+
     async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+        self._require_authentication()
         self._check_cwd(cwd)
         session_id = f"demo-{uuid.uuid4().hex[:16]}"
         session = Session(session_id, cwd, SessionFile(cwd, session_id))
@@ -160,6 +193,7 @@ class DemoAgent:
         return NewSessionResponse(session_id=session_id, **self._mode_state(session))
 
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
+        self._require_authentication()
         self._check_cwd(cwd)
         store = SessionFile(cwd, session_id)
         if not valid_session_id(session_id) or not store.exists():

@@ -23,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="offer the modes as a session config option (category mode) instead of as modes, as Codex does",
     )
+    parser.add_argument(
+        "--key-variable",
+        help="require ACP authenticate with an API key in this environment variable before any session, "
+        "as Codex does",
+    )
     args = parser.parse_args(argv)
     # stdout carries the protocol; anything human goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
@@ -30,7 +35,14 @@ def main(argv: list[str] | None = None) -> int:
         # DemoAgent implements the ACP methods it supports; the SDK answers "method not found" for the rest.
         asyncio.run(
             run_agent(
-                cast(Agent, DemoAgent(tick=args.tick, modes_as_config_option=args.modes_as_config_option))
+                cast(
+                    Agent,
+                    DemoAgent(
+                        tick=args.tick,
+                        modes_as_config_option=args.modes_as_config_option,
+                        key_variable=args.key_variable,
+                    ),
+                )
             )
         )
     except KeyboardInterrupt:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.component.conftest import Agentctl, frames_until, update_kind, wait_until
+from agentsession.agentctl.acp_bridge import CONVERSATION_KINDS
+from tests.component.conftest import VENV_BIN, Agentctl, frames_until, update_kind, wait_until
 
 
 def user_texts(history: list[dict[str, Any]]) -> list[str]:
@@ -79,3 +81,32 @@ async def test_restart_without_session_id_uses_recorded_session(
 
     await wait_until(settled, "no turn running")
     assert user_texts(await second.history()) == ["only once"]
+
+
+async def test_a_history_streamed_after_the_load_answer_is_not_journaled_again(
+    spawn: Callable[..., Awaitable[Agentctl]],
+) -> None:
+    """gemini-cli answers session/load first and replays the conversation after: that tail is replay too."""
+    agent = shlex.join([str(VENV_BIN / "agentsession-demo-agent"), "--replay-after-load"])
+    first = await spawn("--agent-command", agent)
+    status, start = await first.post("/api/v1/start", {"prompt": "initial prompt"})
+    assert status == 200, start
+    await first.wait_turn_end()
+    before = await first.history()
+    await first.stop()
+
+    second = await spawn("--agent-command", agent)
+    status, resumed = await second.post("/api/v1/start", {"session_id": start["session_id"]})
+    assert status == 200, resumed
+    assert resumed["resumed"] is True
+    replayed = sum(1 for e in before if update_kind(e) in CONVERSATION_KINDS)
+
+    async def replay_seen() -> bool:
+        _, text = await second.get("/metrics")
+        return f'agentctl_session_updates_total{{type="replayed"}} {float(replayed)}' in text
+
+    await wait_until(replay_seen, f"{replayed} replayed updates")
+    assert await second.history() == before
+    status, result = await second.post("/api/v1/acp/prompt", {"prompt": "after restart"})
+    assert (status, result) == (200, {"stopReason": "end_turn"})
+    assert user_texts(await second.history()) == ["initial prompt", "after restart"]

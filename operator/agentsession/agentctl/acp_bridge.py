@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from acp import PROTOCOL_VERSION, Client, RequestError, connect_to_agent
 from acp.client.connection import ClientSideConnection
@@ -51,6 +51,18 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_GARBAGE_REPORTS = 20
+# Updates that belong to the conversation, as a session/load replays it; the others describe the session now.
+CONVERSATION_KINDS = frozenset(
+    {
+        "user_message_chunk",
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "plan",
+    }
+)
+ReplayFilter = Literal["off", "all", "conversation"]
 # ACP's "authentication required" error code.
 AUTH_REQUIRED = -32000
 # Update kinds are the agent's strings: past this many, invalid ones are journaled without a warning.
@@ -157,7 +169,7 @@ class AgentBridge:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._op_lock = asyncio.Lock()
         self._turn: asyncio.Task[str] | None = None
-        self._suppress_replay = False
+        self._replay: ReplayFilter = "off"
         self._garbage_reports = 0
         self._invalid_kinds: set[str] = set()
         self._eof_during_turn = False
@@ -250,7 +262,7 @@ class AgentBridge:
             # A mode the agent chose itself is the one to restore on resume, not the last one agentctl set.
             self.store.record.mode_id = self.acp.current_mode_id
             self.store.save()
-        if self._suppress_replay:
+        if self._replay == "all" or (self._replay == "conversation" and kind in CONVERSATION_KINDS):
             # session/load replays what the journal already holds; journaling it again would duplicate it.
             self.metrics.updates.labels("replayed").inc()
             return True
@@ -494,6 +506,7 @@ class AgentBridge:
     async def new_session(self, cwd: str | None) -> dict[str, Any]:
         conn = self._require_initialized()
         cwd = self._check_cwd(cwd)
+        self._replay = "off"
         resp = await self._authenticated("session/new", lambda: conn.new_session(cwd=cwd, mcp_servers=[]))
         self.acp.session_id, self.acp.cwd = resp.session_id, cwd
         self.acp.current_mode_id, self.acp.available_modes, self.acp.mode_config_id = None, [], None
@@ -507,13 +520,18 @@ class AgentBridge:
         if not self.acp.load_session:
             raise ApiError(501, "agent_unsupported", "the agent does not support session/load")
         cwd = self._check_cwd(cwd)
-        self._suppress_replay = self.hub.journal.has_entries()
+        replaying = self.hub.journal.has_entries()
+        self._replay = "all" if replaying else "off"
         try:
             resp = await self._authenticated(
                 "session/load", lambda: conn.load_session(cwd=cwd, session_id=session_id, mcp_servers=[])
             )
-        finally:
-            self._suppress_replay = False
+        except BaseException:
+            self._replay = "off"
+            raise
+        # Some agents (gemini-cli) stream the history after answering session/load: until the next turn, the
+        # conversation's updates are still that replay.
+        self._replay = "conversation" if replaying else "off"
         self.acp.session_id, self.acp.cwd = session_id, cwd
         raw = _dump(resp) if resp is not None else {}
         self.acp.set_modes(raw.get("modes"), raw.get("configOptions"))
@@ -545,6 +563,7 @@ class AgentBridge:
         if self.turn_running:
             raise conflict("a prompt turn is already running; wait for it or POST /api/v1/acp/cancel")
         blocks = self._blocks(prompt, sid)
+        self._replay = "off"
         for block in blocks:
             # Agents do not echo the user's prompt during a turn; the journal records it so history is whole.
             self.hub.publish(

@@ -83,9 +83,16 @@ class Session:
 
 class DemoAgent:
     def __init__(
-        self, tick: float = 0.05, modes_as_config_option: bool = False, key_variable: str | None = None
+        self,
+        tick: float = 0.05,
+        modes_as_config_option: bool = False,
+        key_variable: str | None = None,
+        replay_after_load: bool = False,
     ) -> None:
         self._tick = tick
+        # Like gemini-cli: session/load answers at once and streams the history after its answer.
+        self._replay_after_load = replay_after_load
+        self._background: list[asyncio.Task[None]] = []
         self._modes_as_config_option = modes_as_config_option
         # Like Codex without a configured provider: sessions need an `authenticate` with this API-key variable.
         self._key_variable = key_variable
@@ -199,6 +206,7 @@ class DemoAgent:
         if not valid_session_id(session_id) or not store.exists():
             raise RequestError.resource_not_found(session_id)
         session = Session(session_id, cwd, store)
+        replay = []
         for raw in store.updates():
             update = SessionNotification.model_validate({"sessionId": session_id, "update": raw}).update
             if raw.get("sessionUpdate") == "current_mode_update":
@@ -209,9 +217,20 @@ class DemoAgent:
                 )
             if raw.get("sessionUpdate") == "user_message_chunk":
                 session.turns += 1
-            await self.client.session_update(session_id=session_id, update=update)
+            replay.append(update)
         self._sessions[session_id] = session
+        if self._replay_after_load:
+            self._background.append(asyncio.create_task(self._replay(session_id, replay)))
+        else:
+            await self._replay(session_id, replay)
         return LoadSessionResponse(**self._mode_state(session))
+
+    async def _replay(self, session_id: str, updates: list[Any]) -> None:
+        if self._replay_after_load:
+            # Let the answer to session/load go out first.
+            await asyncio.sleep(0.05)
+        for update in updates:
+            await self.client.session_update(session_id=session_id, update=update)
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
         # An agent offers its modes one way: a client that picks the other one is wrong.

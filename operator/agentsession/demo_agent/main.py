@@ -28,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
         help="require ACP authenticate with an API key in this environment variable before any session, "
         "as Codex does",
     )
+    parser.add_argument(
+        "--replay-after-load",
+        action="store_true",
+        help="stream a loaded session's history after answering session/load, as gemini-cli does",
+    )
     args = parser.parse_args(argv)
     # stdout carries the protocol; anything human goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
@@ -41,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                         tick=args.tick,
                         modes_as_config_option=args.modes_as_config_option,
                         key_variable=args.key_variable,
+                        replay_after_load=args.replay_after_load,
                     ),
                 )
             )

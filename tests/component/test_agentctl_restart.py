@@ -110,3 +110,26 @@ async def test_a_history_streamed_after_the_load_answer_is_not_journaled_again(
     status, result = await second.post("/api/v1/acp/prompt", {"prompt": "after restart"})
     assert (status, result) == (200, {"stopReason": "end_turn"})
     assert user_texts(await second.history()) == ["initial prompt", "after restart"]
+
+
+async def test_an_agent_that_cannot_load_its_session_continues_in_a_new_one(
+    spawn: Callable[..., Awaitable[Agentctl]],
+) -> None:
+    """An agent that answers session/load with an error (not one that is gone) does not leave the session
+    stuck: a new ACP session, the history from the journal, and the initial prompt not sent again."""
+    first = await spawn()
+    status, start = await first.post("/api/v1/start", {"prompt": "initial prompt"})
+    assert status == 200, start
+    await first.wait_turn_end()
+    before = await first.history()
+    await first.stop()
+
+    forgetful = shlex.join([str(VENV_BIN / "agentsession-demo-agent"), "--forget-sessions"])
+    second = await spawn("--agent-command", forgetful)
+    status, resumed = await second.post("/api/v1/start", {"session_id": start["session_id"]})
+    assert status == 200, resumed
+    assert resumed["resumed"] is False
+    assert resumed["session_id"] != start["session_id"]
+    assert "No previous sessions found" in resumed["load_error"]
+    assert resumed["prompt_sent"] is False
+    assert await second.history() == before

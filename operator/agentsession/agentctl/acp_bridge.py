@@ -63,6 +63,8 @@ CONVERSATION_KINDS = frozenset(
     }
 )
 ReplayFilter = Literal["off", "all", "conversation"]
+# Errors that mean no answer came from the agent, as opposed to an answer that says no.
+AGENT_GONE = frozenset({"agent_exited", "agent_timeout", "agent_unavailable"})
 # ACP's "authentication required" error code.
 AUTH_REQUIRED = -32000
 # Update kinds are the agent's strings: past this many, invalid ones are journaled without a warning.
@@ -651,10 +653,12 @@ class AgentBridge:
                         await self.load_session(wanted, cwd)
                         resumed = True
                     except ApiError as exc:
-                        if exc.status >= 500 and exc.code != "agent_unsupported":
+                        if exc.code in AGENT_GONE:
                             raise
-                        # The agent lost the session (e.g. its store was outside the workspace). The journal
-                        # still has the history; continue in a new ACP session without re-sending the prompt.
+                        # The agent answered that it cannot load the session (its store was outside the
+                        # workspace, or it never wrote it: gemini-cli sometimes says "No previous sessions
+                        # found"). The journal still has the history; continue in a new ACP session without
+                        # re-sending the prompt.
                         extra["load_error"] = exc.message
                         await self.new_session(cwd)
                 else:

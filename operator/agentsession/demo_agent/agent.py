@@ -88,8 +88,11 @@ class DemoAgent:
         modes_as_config_option: bool = False,
         key_variable: str | None = None,
         replay_after_load: bool = False,
+        forget_sessions: bool = False,
     ) -> None:
         self._tick = tick
+        # Like gemini-cli at times: session/load fails with an internal error, as if nothing had been saved.
+        self._forget_sessions = forget_sessions
         # Like gemini-cli: session/load answers at once and streams the history after its answer.
         self._replay_after_load = replay_after_load
         self._background: list[asyncio.Task[None]] = []
@@ -203,6 +206,8 @@ class DemoAgent:
         self._require_authentication()
         self._check_cwd(cwd)
         store = SessionFile(cwd, session_id)
+        if self._forget_sessions:
+            raise RequestError.internal_error({"details": "No previous sessions found for this project."})
         if not valid_session_id(session_id) or not store.exists():
             raise RequestError.resource_not_found(session_id)
         session = Session(session_id, cwd, store)

@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="stream a loaded session's history after answering session/load, as gemini-cli does",
     )
+    parser.add_argument(
+        "--forget-sessions",
+        action="store_true",
+        help="answer every session/load with an internal error, as gemini-cli sometimes does",
+    )
     args = parser.parse_args(argv)
     # stdout carries the protocol; anything human goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
@@ -47,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                         modes_as_config_option=args.modes_as_config_option,
                         key_variable=args.key_variable,
                         replay_after_load=args.replay_after_load,
+                        forget_sessions=args.forget_sessions,
                     ),
                 )
             )

@@ -68,25 +68,24 @@ def update_kind(frame: dict[str, Any]) -> str:
     return str(frame["payload"]["notification"]["update"]["sessionUpdate"])
 
 
-def message_text(updates: list[dict[str, Any]]) -> str:
-    """The agent's words in these updates, chunks joined."""
-    parts = []
+def texts_of(updates: list[dict[str, Any]], kind: str) -> list[str]:
+    """The text of each update of `kind` (`agent_message_chunk`, `user_message_chunk`) in these updates."""
+    found = []
     for u in updates:
         update = u["notification"]["update"]
         content = update.get("content")
-        if update["sessionUpdate"] == "agent_message_chunk" and isinstance(content, dict):
-            parts.append(content.get("text", ""))
-    return "".join(parts)
+        if update["sessionUpdate"] == kind and isinstance(content, dict):
+            found.append(content.get("text", ""))
+    return found
+
+
+def message_text(updates: list[dict[str, Any]]) -> str:
+    """The agent's words in these updates, chunks joined."""
+    return "".join(texts_of(updates, "agent_message_chunk"))
 
 
 def user_prompts(updates: list[dict[str, Any]]) -> list[str]:
-    texts = []
-    for u in updates:
-        update = u["notification"]["update"]
-        content = update.get("content")
-        if update["sessionUpdate"] == "user_message_chunk" and isinstance(content, dict):
-            texts.append(content.get("text", ""))
-    return texts
+    return texts_of(updates, "user_message_chunk")
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from aiohttp import web
 from agentsession.model_stub.ids import stable_id
 from agentsession.model_stub.recorder import Recorder
 from agentsession.model_stub.script import Exchange, Reply, ToolResult, reply_to
-from agentsession.model_stub.sse import Event, stream_reply
+from agentsession.model_stub.sse import Event, answer
 
 ENDPOINT = "anthropic.messages"
 WRITE_TOOL = "Write"
@@ -167,10 +167,7 @@ def routes(recorder: Recorder) -> list[web.RouteDef]:
         stream = bool(body.get("stream"))
         received = recorder.record(ENDPOINT, str(body.get("model", "")), exchange, stream=stream)
         message = _Message(body, exchange, reply_to(exchange))
-        if stream:
-            return await stream_reply(request, message.reply, message, received)
-        received.outcome = "completed"
-        return web.json_response(message.whole())
+        return await answer(request, message, received, stream=stream)
 
     async def count_tokens(request: web.Request) -> web.Response:
         raw = await request.read()

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from agentsession.model_stub.recorder import Recorder
 from agentsession.model_stub.script import SIDE_REPLY, Exchange, Reply, ToolResult, reply_to
-from agentsession.model_stub.sse import Event, stream_reply
+from agentsession.model_stub.sse import Event, answer
 
 ENDPOINT = "gemini.generate_content"
 WRITE_TOOL = "write_file"
@@ -147,9 +147,6 @@ def routes(recorder: Recorder) -> list[web.RouteDef]:
         stream = method == "streamGenerateContent"
         received = recorder.record(ENDPOINT, model, exchange, stream=stream)
         candidate = _Candidate(body, model, exchange, reply_to(exchange))
-        if stream:
-            return await stream_reply(request, candidate.reply, candidate, received)
-        received.outcome = "completed"
-        return web.json_response(candidate.whole())
+        return await answer(request, candidate, received, stream=stream)
 
     return [web.post("/v1beta/models/{target}", models)]

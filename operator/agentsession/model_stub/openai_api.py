@@ -19,7 +19,7 @@ from aiohttp import web
 from agentsession.model_stub.ids import stable_id
 from agentsession.model_stub.recorder import Recorder
 from agentsession.model_stub.script import Exchange, FileWrite, Reply, ToolResult, reply_to
-from agentsession.model_stub.sse import Event, stream_reply
+from agentsession.model_stub.sse import Event, answer
 
 ENDPOINT = "openai.responses"
 _CWD = re.compile(r"<cwd>([^<]+)</cwd>")
@@ -187,9 +187,6 @@ def routes(recorder: Recorder) -> list[web.RouteDef]:
         stream = bool(body.get("stream"))
         received = recorder.record(ENDPOINT, str(body.get("model", "")), exchange, stream=stream)
         response = _Response(body, exchange, reply_to(exchange))
-        if stream:
-            return await stream_reply(request, response.reply, response, received)
-        received.outcome = "completed"
-        return web.json_response(response.whole())
+        return await answer(request, response, received, stream=stream)
 
     return [web.post("/v1/responses", responses)]

@@ -23,6 +23,10 @@ Event = tuple[str | None, dict[str, Any]]
 
 
 class Renderer(Protocol):
+    reply: Reply
+
+    def whole(self) -> dict[str, Any]: ...
+
     def opening(self) -> list[Event]: ...
 
     def text(self, chunk: str) -> list[Event]: ...
@@ -34,6 +38,16 @@ def encode(event: Event) -> bytes:
     name, data = event
     head = f"event: {name}\n" if name else ""
     return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def answer(
+    request: web.Request, renderer: Renderer, received: Received, *, stream: bool
+) -> web.StreamResponse:
+    """The reply as server-sent events, or whole when the agent did not ask for a stream."""
+    if stream:
+        return await stream_reply(request, renderer.reply, renderer, received)
+    received.outcome = "completed"
+    return web.json_response(renderer.whole())
 
 
 async def stream_reply(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import wait_until
+from tests.conftest import _unavailable, image_present, wait_until
 from tests.support.kube import Sessions
 from tests.support.processes import OperatorProcess
 
@@ -187,3 +187,61 @@ def test_an_agent_trusts_the_ca_bundle_named_in_its_spec(
         "the control's TLS result", lambda: _ready_message_with(sessions, "distrusts", "TLS-"), timeout=90
     )
     assert "TLS-FAIL SSLCertVerificationError" in refused["message"], refused["message"]
+
+
+NODE_CLIENT = f"""
+const tls = require("tls");
+const socket = tls.connect({{host: process.argv[1], port: {TLS_PORT}, servername: "{TLS_NAME}"}}, () => {{
+  console.error("TLS-OK authorized=" + socket.authorized); process.exit(3);
+}});
+socket.on("error", (error) => {{ console.error("TLS-FAIL " + error.code); process.exit(3); }});
+"""
+GIT_CLIENT = (
+    f'git -c http.curloptResolve={TLS_NAME}:{TLS_PORT}:"$0" ls-remote https://{TLS_NAME}:{TLS_PORT}/repo 2>&1 '
+    "| tail -n 1 >&2; exit 3"
+)
+
+
+@pytest.mark.parametrize(
+    ("image", "command", "trusted_says", "refused_says"),
+    [
+        pytest.param(
+            "agentsession-claude-code:dev", ["node", "-e", NODE_CLIENT], "TLS-OK authorized=true", "TLS-FAIL",
+            id="node-NODE_EXTRA_CA_CERTS",
+        ),
+        pytest.param(
+            "agentsession-codex:dev", ["sh", "-c", GIT_CLIENT], "not found", "unable to access",
+            id="git-GIT_SSL_CAINFO",
+        ),
+    ],
+)  # fmt: skip
+def test_agent_images_trust_the_ca_bundle(
+    node_operator: OperatorProcess,
+    sessions: Sessions,
+    kube_api: Any,
+    kubeconfig: str,
+    tls_server: str,
+    image: str,
+    command: list[str],
+    trusted_says: str,
+    refused_says: str,
+) -> None:
+    """The agent images' own runtimes: Node through NODE_EXTRA_CA_CERTS, git (GnuTLS) through GIT_SSL_CAINFO."""
+    if not image_present(kube_api, kubeconfig, image):
+        _unavailable(
+            f"image {image} is not on the node: run `make agent-images`",
+            require_env=("AGENTSESSION_REQUIRE_AGENTS",),
+        )
+    agent = {"type": "custom", "image": image, "command": [*command, tls_server]}
+    sessions.create("trusts", {"agent": {**agent, "caBundle": {"configMapName": "test-ca"}}})
+    sessions.create("distrusts", {"agent": agent})
+    trusted = wait_until(
+        "the agent's TLS result", lambda: _ready_message_with(sessions, "trusts", "exit code 3"), timeout=90
+    )
+    assert trusted_says in trusted["message"], trusted["message"]
+    refused = wait_until(
+        "the control's TLS result",
+        lambda: _ready_message_with(sessions, "distrusts", "exit code 3"),
+        timeout=90,
+    )
+    assert refused_says in refused["message"], refused["message"]

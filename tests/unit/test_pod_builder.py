@@ -222,6 +222,7 @@ def test_a_ca_bundle_is_mounted_and_named_to_every_runtime() -> None:
     env = {e["name"]: e["value"] for e in agent["env"]}
     assert env["NODE_EXTRA_CA_CERTS"] == "/etc/agentsession/ca/ca.crt"
     assert env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == "/tmp/.agentsession/ca-bundle.crt"
+    assert env["GIT_SSL_CAINFO"] == "/tmp/.agentsession/ca-bundle.crt"
     assert 'cat "/etc/agentsession/ca/ca.crt"; } >"/tmp/.agentsession/ca-bundle.crt"' in agent["command"][2]
     assert "ca-bundle" not in {m["name"] for m in container(pod, "agentctl")["volumeMounts"]}
     assert restricted_violations(pod) == []

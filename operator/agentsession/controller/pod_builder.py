@@ -225,6 +225,8 @@ def _agent_env(spec: AgentSessionSpec, config: OperatorConfig, mount_path: str) 
             ("NODE_EXTRA_CA_CERTS", CA_FILE),
             ("SSL_CERT_FILE", CA_BUNDLE_FILE),
             ("REQUESTS_CA_BUNDLE", CA_BUNDLE_FILE),
+            # Debian's git speaks TLS through GnuTLS, which reads neither of the above.
+            ("GIT_SSL_CAINFO", CA_BUNDLE_FILE),
         ):
             env[name] = {"name": name, "value": value}
     model = spec.agent.model

@@ -165,8 +165,14 @@ async def test_restart_loads_the_session_with_its_history(local_agent: LocalAgen
 
     ctl = await local_agent.start_agentctl()
     resumed = await start(ctl, {"session_id": session})
-    assert (resumed["session_id"], resumed["resumed"]) == (session, True)
     assert (await ctl.history())[: len(history)] == history
+    if local_agent.profile.name == "gemini" and not resumed["resumed"]:
+        # gemini-cli at times cannot find its own session (docs/agents/gemini.md): agentctl goes on in a new
+        # one, with the history from its journal and no prompt sent again.
+        assert "No previous sessions found" in resumed["load_error"], resumed
+        assert resumed["prompt_sent"] is False
+        return
+    assert (resumed["session_id"], resumed["resumed"]) == (session, True)
     entries = await prompt(ctl, "what was the word")
     assert message_text(entries) == "Hello from the model stub. You said: what was the word"
     # The agent loaded its own record of the conversation and sent all of it to the model.

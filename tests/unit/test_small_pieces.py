@@ -186,3 +186,16 @@ def test_grouped_mode_option_values_are_modes_in_their_order() -> None:
         ("read-only", "Read only", None),
         ("auto", "Auto", "edits without asking"),
     ]
+
+
+def test_a_spec_that_does_not_parse_is_named_by_its_field() -> None:
+    from pydantic import ValidationError
+
+    from agentsession.api.models import AgentSessionSpec
+    from agentsession.controller.reconciler import _spec_problem
+
+    with pytest.raises(ValidationError) as caught:
+        AgentSessionSpec.model_validate({"agent": {"type": "nope", "env": [{"name": 5}]}, "suspend": "x"})
+    problem = _spec_problem(caught.value)
+    assert problem.startswith("spec.agent.type: Input should be")
+    assert problem.endswith("(and 2 more)")

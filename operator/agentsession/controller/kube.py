@@ -25,7 +25,18 @@ log = logging.getLogger(__name__)
 
 
 class KubeError(RuntimeError):
-    """A Kubernetes API call failed; the message names the call and the API's answer."""
+    """A Kubernetes API call failed; the message names the call and the API's answer.
+
+    `status` is the HTTP status (None when no answer came), `api_message` the API server's own words, and
+    `kind` the kind of object the call was about, so callers can tell a refusal from an outage."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, api_message: str = "", kind: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.api_message = api_message
+        self.kind = kind
 
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -141,8 +152,12 @@ class KubeApi:
             return _json(response), True
         except ApiException as error:
             if error.status != 409:
+                said = _api_message(error)
                 raise KubeError(
-                    f"create {kind} {namespace}/{name} failed: HTTP {error.status} {_api_message(error)}"
+                    f"create {kind} {namespace}/{name} failed: HTTP {error.status} {said}",
+                    status=error.status,
+                    api_message=said,
+                    kind=kind,
                 ) from error
         existing = await self._call(f"read {kind} {namespace}/{name}", read, name, namespace)
         if existing is None:

@@ -25,7 +25,7 @@ from agentsession.controller.agentctl_client import AgentctlClient, AgentctlErro
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.durations import parse_duration
 from agentsession.controller.idle import seconds_until_idle
-from agentsession.controller.kube import KubeApi
+from agentsession.controller.kube import KubeApi, KubeError
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
     SpecError,
@@ -33,6 +33,7 @@ from agentsession.controller.pod_builder import (
     build_token_secret,
     build_workspace_claim,
 )
+from agentsession.controller.rejections import Rejection, rejection, retry_after
 from agentsession.controller.session_ref import SessionRef
 from agentsession.controller.status_mapper import (
     Observation,
@@ -101,22 +102,28 @@ class Reconciler:
         try:
             spec = AgentSessionSpec.model_validate(body.get("spec") or {})
         except ValidationError as error:
-            spec, spec_error = AgentSessionSpec(), f"spec does not match the AgentSession schema: {error}"
+            spec, spec_error = AgentSessionSpec(), _spec_problem(error)
 
         pod = self._pod_lookup(namespace, pod_name(session.name))
         token: str | None = None
         pods_created = previous.podsCreated or 0
+        refused: Rejection | None = None
         if not deleting:
-            token = await self._ensure_token(session)
-            claim = build_workspace_claim(session, spec)
-            if claim is not None:
-                await self._kube.create(claim)
-            if spec_error is None:
-                try:
+            try:
+                token = await self._ensure_token(session)
+                claim = build_workspace_claim(session, spec)
+                if claim is not None:
+                    await self._kube.create(claim)
+                if spec_error is None:
                     pod, created = await self._converge_pod(session, spec, previous, pod)
                     pods_created += int(created)
-                except SpecError as error:
-                    spec_error = str(error)
+            except SpecError as error:
+                spec_error = str(error)
+            except KubeError as error:
+                refused = rejection(error.kind, error.status, error.api_message)
+                if refused is None:
+                    raise
+                log.warning("the API server refused a child of %s/%s: %s", namespace, name, error)
 
         observation = Observation(
             generation=session.generation,
@@ -127,9 +134,14 @@ class Reconciler:
             deleting=deleting,
             agentctl_port=self._config.agentctl_port,
             spec_error=spec_error,
+            rejection=refused,
         )
         status = map_status(observation)
         requeue: float | None = None
+        if refused is not None:
+            before = previous.condition("Ready")
+            refused_since = before.lastTransitionTime if before and before.reason == refused.reason else None
+            requeue = retry_after(refused_since, observation.now)
         since = readiness_pending_since(pod) if pod is not None else None
         if pod is not None and since is not None:
             # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
@@ -315,6 +327,14 @@ class Reconciler:
             metrics.SESSIONS.labels(phase=before).dec()
         if phase is not None:
             metrics.SESSIONS.labels(phase=phase).inc()
+
+
+def _spec_problem(error: ValidationError) -> str:
+    """The first thing wrong with a spec, named by its field, instead of pydantic's whole report."""
+    first = error.errors()[0]
+    where = ".".join(["spec", *(str(part) for part in first["loc"])])
+    more = error.error_count() - 1
+    return f"{where}: {first['msg']}" + (f" (and {more} more)" if more else "")
 
 
 def _previous_status(body: Manifest) -> AgentSessionStatus:

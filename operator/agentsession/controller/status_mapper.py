@@ -19,6 +19,7 @@ from agentsession.api.models import (
     Phase,
     StartupTimings,
 )
+from agentsession.controller.rejections import QUOTA_REASON, REJECTED_REASONS, Rejection
 
 Manifest = dict[str, Any]
 
@@ -42,6 +43,7 @@ FAILED_REASONS = frozenset(
         "PodFailed",
         "Evicted",
         "DeadlineExceeded",
+        *REJECTED_REASONS,
     }
 )
 READINESS_FAILED = "Readiness probe failed"
@@ -49,7 +51,9 @@ READINESS_FAILED = "Readiness probe failed"
 # message and an Event can carry and a person can read at a glance.
 TERMINATION_TAIL_LINES = 5
 TERMINATION_TAIL_CHARS = 1000
-PENDING_REASONS = frozenset({"PodNotCreated", "PodDeleted", "Pending", "Unschedulable"} | IMAGE_PULL_REASONS)
+PENDING_REASONS = frozenset(
+    {"PodNotCreated", "PodDeleted", "Pending", "Unschedulable", QUOTA_REASON} | IMAGE_PULL_REASONS
+)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Observation:
     agentctl_port: int = 9999
     spec_error: str | None = None
     probe_message: str | None = None
+    rejection: Rejection | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,8 @@ def _pod_condition(pod: Manifest, kind: str) -> Manifest | None:
 def _no_pod(obs: Observation) -> _State:
     if obs.spec_error:
         return _State("False", "InvalidSpec", obs.spec_error)
+    if obs.rejection:
+        return _State("False", obs.rejection.reason, obs.rejection.message)
     if obs.suspend:
         return _State("False", "Suspended", "spec.suspend is true: no pod runs")
     if obs.previous.podUID:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentsession.api.models import AgentSessionStatus
+from agentsession.controller.rejections import QUOTA_REASON
 from agentsession.controller.status_mapper import FAILED_REASONS, IMAGE_PULL_REASONS
 
 WARNING_REASONS = (
@@ -15,6 +16,7 @@ WARNING_REASONS = (
         "ProbeFailing",
         "InitializeFailed",
         "AgentExited",
+        QUOTA_REASON,
         "PodDeleted",
         "AgentctlRestarted",
     }

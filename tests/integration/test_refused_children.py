@@ -85,3 +85,15 @@ def test_a_quota_that_refuses_the_pod_is_a_pending_session_that_starts_when_it_a
     core.delete_namespaced_resource_quota("no-pods", namespace)
     # Nothing about the session changed: the bounded retry alone brings the pod.
     wait_until("the pod, once the quota allows it", lambda: sessions.pod("quota"), 60)
+
+
+def test_a_request_above_the_default_limit_makes_a_pod_the_api_server_accepts(
+    operator: OperatorProcess, sessions: Sessions
+) -> None:
+    sessions.create(
+        "big",
+        {"agent": {"resources": {"requests": {"memory": "4Gi"}}}, "podTemplate": {"nodeSelector": NOWHERE}},
+    )
+    pod = wait_until("the pod", lambda: sessions.pod("big"), 30)
+    agent = next(c for c in pod.spec.containers if c.name == "agent")
+    assert (agent.resources.requests["memory"], agent.resources.limits["memory"]) == ("4Gi", "4Gi")

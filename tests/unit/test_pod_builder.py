@@ -4,6 +4,7 @@ import base64
 from typing import Any
 
 import pytest
+from kubernetes.utils.quantity import parse_quantity
 
 from agentsession.api.models import AgentSessionSpec, CABundleSource
 from agentsession.controller.config import AgentProfile, OperatorConfig
@@ -279,3 +280,27 @@ def test_configured_profiles_replace_only_the_fields_they_name(monkeypatch: pyte
     assert codex.state_dirs == ["CODEX_HOME"]
     assert config.agent_profiles["aider"].command == ["aider", "--acp"]
     assert config.agent_profiles["claude-code"].image == "agentsession-claude-code:dev"
+
+
+@pytest.mark.parametrize(
+    ("resources", "requests", "limits"),
+    [
+        # A request above the default limit raises that limit; the others keep their defaults.
+        ({"requests": {"memory": "4Gi"}}, {"memory": "4Gi"}, {"cpu": "2", "memory": "4Gi"}),
+        ({"requests": {"cpu": 3}}, {"cpu": "3"}, {"cpu": "3", "memory": "2Gi"}),
+        # A limit below the default request lowers that request.
+        ({"limits": {"memory": "64Mi"}}, {"cpu": "100m", "memory": "64Mi"}, {"memory": "64Mi"}),
+        ({"limits": {"cpu": "50m"}}, {"cpu": "50m", "memory": "128Mi"}, {"cpu": "50m"}),
+        # Both given: the session's own, as written.
+        ({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}, {"cpu": "1"}, {"cpu": "1"}),
+    ],
+)
+def test_defaults_never_make_requests_exceed_limits(
+    resources: dict[str, Any], requests: dict[str, str], limits: dict[str, str]
+) -> None:
+    agent = container(pod_for({"agent": {"resources": resources}}), "agent")
+    assert agent["resources"] == {"requests": requests, "limits": limits}
+    agentctl = container(pod_for({"agentctl": {"resources": resources}}), "agentctl")
+    for name, quantity in agentctl["resources"].get("requests", {}).items():
+        limit = agentctl["resources"].get("limits", {}).get(name)
+        assert limit is None or parse_quantity(quantity) <= parse_quantity(limit)

@@ -11,8 +11,11 @@ import base64
 import hashlib
 import json
 import math
+from decimal import Decimal
 import shlex
 from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
 
 from agentsession.agentctl_api import HEALTH_PATH, TOKEN_ENV
 from agentsession.api.constants import (
@@ -140,15 +143,42 @@ def build_workspace_claim(session: SessionRef, spec: AgentSessionSpec) -> Manife
 
 
 def _resources(override: ResourceRequirements | None, default: Resources) -> Manifest:
+    """The session's requests and limits, the operator's defaults for the half it leaves out.
+
+    A default never makes a valid spec invalid: a default limit below the session's request rises to it, and a
+    default request above the session's limit comes down to it."""
     if override is None:
         return {"requests": dict(default.requests), "limits": dict(default.limits)}
-    merged: Manifest = {}
-    for key, values in (("requests", override.requests), ("limits", override.limits)):
-        if values is not None:
-            merged[key] = {name: str(quantity) for name, quantity in values.items()}
-        elif getattr(default, key):
-            merged[key] = dict(getattr(default, key))
-    return merged
+    requests = _quantities(override.requests) if override.requests is not None else None
+    limits = _quantities(override.limits) if override.limits is not None else None
+    if requests is None and limits is not None:
+        requests = {n: _at_most(q, limits.get(n)) for n, q in default.requests.items()}
+    if limits is None and requests is not None:
+        limits = {n: _at_least(q, requests.get(n)) for n, q in default.limits.items()}
+    return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
+
+
+def _quantities(values: dict[str, int | str]) -> dict[str, str]:
+    return {name: str(quantity) for name, quantity in values.items()}
+
+
+def _compare(a: str, b: str) -> int | None:
+    """-1, 0 or 1 as quantity a is below, equal to or above b; None when either is not a quantity (the API
+    server then says so)."""
+    try:
+        qa: Decimal = parse_quantity(a)  # type: ignore[no-untyped-call]
+        qb: Decimal = parse_quantity(b)  # type: ignore[no-untyped-call]
+    except ValueError:
+        return None
+    return int(qa > qb) - int(qa < qb)
+
+
+def _at_least(default: str, floor: str | None) -> str:
+    return floor if floor is not None and _compare(default, floor) == -1 else default
+
+
+def _at_most(default: str, ceiling: str | None) -> str:
+    return ceiling if ceiling is not None and _compare(default, ceiling) == 1 else default
 
 
 def _container_security_context(config: OperatorConfig) -> Manifest:

@@ -104,3 +104,19 @@ def test_every_invalid_sample_says_what_the_api_server_answers() -> None:
     # The integration tier applies each one to a real API server and expects this text.
     for path in INVALID:
         assert path.read_text().startswith("# expect: "), path.name
+
+
+def _undescribed(node: dict[str, Any], path: str) -> list[str]:
+    """Fields under `path` that `kubectl explain` would show as `<no description>`."""
+    missing = [] if node.get("description") else [path]
+    for name, child in (node.get("properties") or {}).items():
+        missing += _undescribed(child, f"{path}.{name}")
+    items = node.get("items")
+    if isinstance(items, dict):
+        for name, child in (items.get("properties") or {}).items():
+            missing += _undescribed(child, f"{path}[].{name}")
+    return missing
+
+
+def test_kubectl_explain_describes_every_field_of_the_spec() -> None:
+    assert _undescribed(_schema()["properties"]["spec"], "spec") == []

@@ -43,8 +43,14 @@ class _Model(BaseModel):
 
 
 class EnvVar(_Model):
-    name: str = Field(min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-    value: str | None = Field(default=None, max_length=32768)
+    """An environment variable of the agent container, as in a Pod."""
+
+    name: str = Field(
+        min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
+    )
+    value: str | None = Field(
+        default=None, max_length=32768, description="Its value; may refer to earlier variables as $(NAME)."
+    )
     valueFrom: KubeObject | None = Field(default=None, description="A core/v1 EnvVarSource.")
 
     model_config = ConfigDict(
@@ -87,18 +93,31 @@ class ModelEndpoint(_Model):
 
 
 class ResourceRequirements(_Model):
-    requests: dict[str, Quantity] | None = None
-    limits: dict[str, Quantity] | None = None
+    """Compute resources of one container, as in a Pod. Left out, the operator's defaults apply; a default never
+    makes a request exceed its limit."""
+
+    requests: dict[str, Quantity] | None = Field(
+        default=None, description="Minimum resources, by name (cpu, memory, ...), as quantities."
+    )
+    limits: dict[str, Quantity] | None = Field(
+        default=None, description="Maximum resources, by name (cpu, memory, ...), as quantities."
+    )
 
 
 class AgentSpec(_Model):
+    """The ACP agent that runs in the session's pod, and what it needs."""
+
     type: AgentType = Field(
         default="demo",
         description="Which agent runs. Known types get their image and command from the operator's defaults; "
         "'custom' needs image and command.",
     )
-    image: Image | None = None
-    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    image: Image | None = Field(
+        default=None, description="The agent's image; known types default to the operator's profile."
+    )
+    imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="Pull policy of the agent's image; defaults to the operator's."
+    )
     command: list[Annotated[str, StringConstraints(max_length=4096)]] | None = Field(
         default=None,
         min_length=1,
@@ -106,17 +125,20 @@ class AgentSpec(_Model):
         description="The ACP agent's command; it speaks ACP on stdio.",
     )
     args: list[Annotated[str, StringConstraints(max_length=4096)]] | None = Field(
-        default=None, max_length=256
+        default=None, max_length=256, description="Arguments after the command; replace the profile's."
     )
     env: list[EnvVar] | None = Field(
         default=None,
         max_length=256,
+        description="Environment of the agent container; wins over the profile's variables of the same name.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     envFrom: list[KubeObject] | None = Field(
         default=None, max_length=32, description="core/v1 EnvFromSource entries."
     )
-    resources: ResourceRequirements | None = None
+    resources: ResourceRequirements | None = Field(
+        default=None, description="Compute resources of the agent container."
+    )
     credentialsSecretRef: SecretReference | None = Field(
         default=None, description="API keys for the agent, from a Secret (never inline)."
     )
@@ -142,25 +164,44 @@ class AgentSpec(_Model):
 
 
 class AgentctlSpec(_Model):
+    """The agentctl sidecar: the agent's control plane in the pod."""
+
     image: Image | None = Field(default=None, description="Defaults to the operator's agentctl image.")
-    resources: ResourceRequirements | None = None
+    resources: ResourceRequirements | None = Field(
+        default=None, description="Compute resources of the agentctl container."
+    )
 
 
 class RepositorySpec(_Model):
-    url: str = Field(min_length=1, max_length=2048, pattern=r"^(https://|ssh://|git@)[^\s]+$")
-    ref: str | None = Field(default=None, max_length=256, pattern=r"^[^\s]+$")
+    """A git repository cloned into an empty workspace before the agent starts."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        pattern=r"^(https://|ssh://|git@)[^\s]+$",
+        description="Clone URL (https://, ssh:// or git@).",
+    )
+    ref: str | None = Field(
+        default=None, max_length=256, pattern=r"^[^\s]+$", description="Branch or tag to check out."
+    )
 
 
 class WorkspaceSpec(_Model):
+    """Where the agent works: a volume mounted in the agent and agentctl containers."""
+
     size: Quantity | None = Field(
         default=None,
         description="Size of a PersistentVolumeClaim owned by the session, kept while suspended.",
     )
-    storageClassName: ObjectName | None = None
+    storageClassName: ObjectName | None = Field(
+        default=None, description="StorageClass of the claim; the cluster's default when left out."
+    )
     emptyDir: bool | None = Field(
         default=None, description="Use a scratch emptyDir (lost when the pod goes, e.g. on suspend)."
     )
-    mountPath: AbsolutePath = Field(default="/workspace")
+    mountPath: AbsolutePath = Field(
+        default="/workspace", description="Where the workspace is mounted; the agent's HOME is under it."
+    )
     repository: RepositorySpec | None = Field(default=None, description="A git repository cloned at start.")
 
     model_config = ConfigDict(
@@ -187,6 +228,8 @@ class WorkspaceSpec(_Model):
 
 
 class LifecycleSpec(_Model):
+    """When the session's pod stops by itself, and how."""
+
     idleTimeout: Duration | None = Field(
         default=None,
         description="Suspend after this long with no turn running, no permission pending and no prompt, update or shell input.",
@@ -211,20 +254,30 @@ class LifecycleSpec(_Model):
 
 
 class PodTemplateOverrides(_Model):
-    labels: dict[str, Annotated[str, StringConstraints(max_length=63)]] | None = None
-    annotations: dict[str, str] | None = None
-    nodeSelector: dict[str, str] | None = None
-    tolerations: list[KubeObject] | None = Field(default=None, max_length=64)
-    affinity: KubeObject | None = None
-    priorityClassName: ObjectName | None = None
+    """Settings of the session's pod that users need; everything else the operator decides."""
+
+    labels: dict[str, Annotated[str, StringConstraints(max_length=63)]] | None = Field(
+        default=None, description="Extra labels of the pod; the operator's own labels win."
+    )
+    annotations: dict[str, str] | None = Field(default=None, description="Extra annotations of the pod.")
+    nodeSelector: dict[str, str] | None = Field(
+        default=None, description="Node labels the pod's node must have, as in a Pod."
+    )
+    tolerations: list[KubeObject] | None = Field(
+        default=None, max_length=64, description="core/v1 Tolerations of the pod."
+    )
+    affinity: KubeObject | None = Field(default=None, description="core/v1 Affinity of the pod.")
+    priorityClassName: ObjectName | None = Field(default=None, description="PriorityClass of the pod.")
 
 
 class AgentSessionSpec(_Model):
+    """An ACP coding agent run as a pod with the agentctl sidecar: what runs, where it works, and when it stops."""
+
     # The explicit schema default lets the API server fill in agent.type, which CEL rules rely on.
     agent: AgentSpec = Field(default_factory=AgentSpec, json_schema_extra={"default": {"type": "demo"}})
     agentctl: AgentctlSpec | None = None
     workspace: WorkspaceSpec | None = None
-    title: str | None = Field(default=None, max_length=256)
+    title: str | None = Field(default=None, max_length=256, description="A name for people, shown by UIs.")
     cwd: AbsolutePath | None = Field(
         default=None, description="The ACP session's cwd; defaults to mountPath."
     )

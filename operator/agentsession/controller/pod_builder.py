@@ -11,8 +11,8 @@ import base64
 import hashlib
 import json
 import math
-from decimal import Decimal
 import shlex
+from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity

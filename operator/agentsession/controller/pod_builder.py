@@ -206,9 +206,10 @@ def _profile(spec: AgentSessionSpec, config: OperatorConfig) -> AgentProfile | N
     return config.agent_profiles.get(spec.agent.type)
 
 
-def _agent_command(spec: AgentSessionSpec, config: OperatorConfig) -> tuple[str, list[str]]:
+def _agent_command(
+    spec: AgentSessionSpec, profile: AgentProfile | None, config: OperatorConfig
+) -> tuple[str, list[str]]:
     agent = spec.agent
-    profile = _profile(spec, config)
     image = agent.image or (profile.image if profile else None)
     if agent.type == "demo" and image is None:
         image = config.image
@@ -243,14 +244,15 @@ def _ca_bundle(spec: AgentSessionSpec, config: OperatorConfig) -> CABundleSource
     return spec.agent.caBundle or config.ca_bundle
 
 
-def _agent_env(spec: AgentSessionSpec, config: OperatorConfig, mount_path: str) -> list[Manifest]:
+def _agent_env(
+    spec: AgentSessionSpec, profile: AgentProfile | None, extra_ca: bool, mount_path: str
+) -> list[Manifest]:
     """HOME, then the profile's variables (which may refer to $(HOME)), the CA and model wiring, and last the
     session's own env, each replacing a variable of the same name where it stands so references still expand."""
-    profile = _profile(spec, config)
     env: dict[str, Manifest] = {"HOME": {"name": "HOME", "value": f"{mount_path.rstrip('/')}/.home"}}
     for name, value in (profile.env if profile else {}).items():
         env[name] = {"name": name, "value": value}
-    if _ca_bundle(spec, config) is not None:
+    if extra_ca:
         for name, value in (
             ("NODE_EXTRA_CA_CERTS", CA_FILE),
             ("SSL_CERT_FILE", CA_BUNDLE_FILE),
@@ -319,7 +321,9 @@ def _workspace_volume(session: SessionRef, spec: AgentSessionSpec) -> Manifest:
 def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfig) -> Manifest:
     """The session's Pod. Raises SpecError when the spec lacks what the pod needs."""
     mount_path = spec.workspace.mountPath if spec.workspace else "/workspace"
-    agent_image, agent_argv = _agent_command(spec, config)
+    profile = _profile(spec, config)
+    ca_bundle = _ca_bundle(spec, config)
+    agent_image, agent_argv = _agent_command(spec, profile, config)
     agentctl_image = (spec.agentctl.image if spec.agentctl else None) or config.image
     mounts = [
         {"name": WORKSPACE_VOLUME, "mountPath": mount_path},
@@ -360,8 +364,6 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "securityContext": _container_security_context(config),
         "volumeMounts": [dict(m) for m in mounts],
     }
-    profile = _profile(spec, config)
-    ca_bundle = _ca_bundle(spec, config)
     agent_mounts: list[Manifest] = [dict(m) for m in mounts]
     if ca_bundle is not None:
         agent_mounts.append({"name": CA_VOLUME, "mountPath": CA_DIR, "readOnly": True})
@@ -375,7 +377,7 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "command": ["sh", "-c", wrapper, "agent", *agent_argv],
         "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "workingDir": spec.cwd or mount_path,
-        "env": _agent_env(spec, config, mount_path),
+        "env": _agent_env(spec, profile, ca_bundle is not None, mount_path),
         "resources": _resources(spec.agent.resources, config.agent_resources),
         "securityContext": _container_security_context(config),
         "volumeMounts": agent_mounts,

@@ -240,29 +240,26 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
 
 
 def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State) -> _State:
-    if pod is not None:
-        agent = container_status(pod, AGENT_CONTAINER, init=False)
-        waiting = _waiting(agent, "the agent container") if agent else None
-        if waiting and waiting.reason not in {"ContainerCreating", "PodInitializing"}:
-            return waiting
+    agent = container_status(pod, AGENT_CONTAINER, init=False) if pod is not None else None
+    waiting = _waiting(agent, "the agent container") if agent else None
+    if waiting and waiting.reason not in {"ContainerCreating", "PodInitializing"}:
+        return waiting
     if not agentctl.ok:
         return _State("False", "AgentctlNotReady", "waiting for agentctl to become ready")
     assert pod is not None  # agentctl is ready only in a pod
     acp = obs.previous.acp
-    uid = pod["metadata"].get("uid")
     restarts = agentctl_restart_count(pod)
-    not_started = acp is None or acp.podUID != uid
-    agent = container_status(pod, AGENT_CONTAINER, init=False)
+    not_started = acp is None or acp.podUID != pod["metadata"].get("uid")
     exited = _latest_exit(agent) if agent else None
-    if exited and (not_started or (acp is not None and acp.lastError)):
+    if agent and exited and (not_started or (acp is not None and acp.lastError)):
         # What the agent printed as it died says more than agentctl's view of a closed pipe.
         return _State(
             "False",
             "AgentExited",
             f"the agent exited before its ACP session started ({describe_exit(exited)}; "
-            f"restarts: {agent.get('restartCount', 0) if agent else 0})",
+            f"restarts: {agent.get('restartCount', 0)})",
         )
-    if acp is None or acp.podUID != uid:
+    if acp is None or not_started:
         return _State("False", "Initializing", "starting the ACP session through agentctl")
     if acp.agentctlRestartCount != restarts:
         return _State(

@@ -362,3 +362,11 @@ def node_operator(
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     with operator_process(kubeconfig, log, image=project_image, image_pull_policy="IfNotPresent") as running:
         yield running
+
+
+@pytest.fixture
+def sessions(kube_api: Any, namespace: str) -> Any:
+    """AgentSessions (and their pods, Secrets, Events) in the test's namespace."""
+    from tests.support.kube import Sessions
+
+    return Sessions(kube_api, namespace)

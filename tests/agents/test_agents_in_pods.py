@@ -89,11 +89,6 @@ def user_prompts(updates: list[dict[str, Any]]) -> list[str]:
 
 
 @pytest.fixture
-def sessions(kube_api: Any, namespace: str) -> Sessions:
-    return Sessions(kube_api, namespace)
-
-
-@pytest.fixture
 def agent_case(request: pytest.FixtureRequest, kube_api: Any, kubeconfig: str) -> AgentCase:
     case = CASES[request.param]
     if not image_present(kube_api, kubeconfig, case.image):

@@ -13,14 +13,8 @@ import pytest
 from kubernetes import client
 
 from tests.support.gateway import Client, GatewayProcess, gateway_process
-from tests.support.kube import Sessions
 
 __all__ = ["Client", "GatewayProcess", "gateway_process", "service_account_token"]
-
-
-@pytest.fixture
-def sessions(kube_api: Any, namespace: str) -> Sessions:
-    return Sessions(kube_api, namespace)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import pytest
 from kubernetes import client
 
 from tests.conftest import wait_until
-from tests.support.kube import Sessions
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +33,3 @@ def namespace(kube_api: Any, namespace_prefix: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def operator_namespaces(namespace_prefix: str) -> str:
     return f'["{namespace_prefix}-*"]'
-
-
-@pytest.fixture
-def sessions(kube_api: Any, namespace: str) -> Sessions:
-    return Sessions(kube_api, namespace)

@@ -23,6 +23,7 @@ import websockets
 from tests.conftest import _unavailable, image_present, wait_until
 from tests.support.gateway import Client, GatewayProcess, gateway_process
 from tests.support.kube import Sessions
+from tests.support.model_stub import received_by
 from tests.support.processes import OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
@@ -154,13 +155,6 @@ async def ui(gateway: GatewayProcess, http: aiohttp.ClientSession) -> AsyncItera
     client = Client(await http.ws_connect(gateway.ws_url))
     yield client
     await client.close()
-
-
-async def stub_requests(http: aiohttp.ClientSession, stub_ip: str) -> list[dict[str, Any]]:
-    async with http.get(f"http://{stub_ip}:{STUB_PORT}/requests") as resp:
-        assert resp.status == 200
-        received: list[dict[str, Any]] = await resp.json()
-        return received
 
 
 def create_agent_session(sessions: Sessions, case: AgentCase, stub_ip: str, name: str) -> float:
@@ -359,6 +353,8 @@ async def test_a_real_agent_runs_end_to_end(
     after = await prompt_turn(ui, agent_id, "after the resume")
     assert "You said: after the resume" in message_text(after)
     first_prompts = [
-        r for r in await stub_requests(http, stub_ip) if r["kind"] == "prompt" and r["text"] == FIRST_PROMPT
+        r
+        for r in await received_by(http, f"http://{stub_ip}:{STUB_PORT}")
+        if r["kind"] == "prompt" and r["text"] == FIRST_PROMPT
     ]
     assert len(first_prompts) == 1, "the initial prompt reached the model once, across the resume"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -14,7 +13,15 @@ from typing import Any
 
 import aiohttp
 
-BIN = Path(sys.executable).parent
+from tests.support.processes import BIN
+
+
+async def received_by(http: aiohttp.ClientSession, url: str) -> list[dict[str, Any]]:
+    """What the stub at `url` has received so far (its `/requests`), wherever it runs."""
+    async with http.get(f"{url}/requests") as resp:
+        assert resp.status == 200
+        received: list[dict[str, Any]] = await resp.json()
+        return received
 
 
 @dataclass
@@ -32,10 +39,7 @@ class ModelStub:
         return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
 
     async def requests(self) -> list[dict[str, Any]]:
-        async with self.http.get(f"{self.url}/requests") as resp:
-            assert resp.status == 200
-            received: list[dict[str, Any]] = await resp.json()
-            return received
+        return await received_by(self.http, self.url)
 
     async def clear(self) -> None:
         async with self.http.delete(f"{self.url}/requests") as resp:

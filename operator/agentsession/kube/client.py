@@ -1,0 +1,267 @@
+"""The one Kubernetes client of the operator and the gateway: async, on the official client's asyncio variant.
+
+`Kube` is the interface both the real client (`ApiKube`) and the in-memory fake (`kube.fake.FakeKube`) offer:
+a handful of verbs over the kinds in `kube.resources`, plain JSON objects in and out (camelCase, as on the
+wire, so the pure core never sees generated model classes), and typed errors from `kube.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import aiohttp
+from kubernetes_asyncio import client, config
+
+from agentsession.kube.errors import KubeError, KubeUnavailable, error_from_answer, error_from_status
+from agentsession.kube.resources import Resource, resource_of
+
+Manifest = dict[str, Any]
+WatchType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+ApiCall = Callable[..., Awaitable[Any]]
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Listing:
+    items: list[Manifest]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: WatchType
+    object: Manifest
+
+
+class Kube(Protocol):
+    async def get(self, resource: Resource, namespace: str | None, name: str) -> Manifest:
+        """The object; NotFound when it does not exist."""
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+    ) -> Listing:
+        """Every object in `namespace` (all namespaces for None) and the list's resourceVersion."""
+
+    async def create(self, manifest: Manifest) -> Manifest:
+        """Creates the object; Conflict (already_exists) when one of that name exists."""
+
+    async def patch(
+        self, resource: Resource, namespace: str | None, name: str, patch: Manifest, *, status: bool = False
+    ) -> Manifest:
+        """A JSON merge patch of the object, or of its status subresource."""
+
+    async def delete(
+        self, resource: Resource, namespace: str | None, name: str, *, uid: str | None = None
+    ) -> None:
+        """Deletes the object; with `uid`, only that very object (Conflict if the name now holds another)."""
+
+    def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        inactivity_timeout: float,
+    ) -> AsyncIterator[WatchEvent]:
+        """Changes after `resource_version`, bookmarks included; Gone when that version is too old,
+        TimeoutError when the connection stays silent for `inactivity_timeout` seconds."""
+
+    async def close(self) -> None: ...
+
+
+async def connect(kubeconfig: str | None = None, *, request_timeout: float = 30.0) -> ApiKube:
+    """In a pod the service account is used (its token re-read as it rotates); elsewhere the kubeconfig
+    (`kubeconfig`, else $KUBECONFIG or ~/.kube/config)."""
+    configuration = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return ApiKube(client.ApiClient(configuration), request_timeout=request_timeout)
+        except config.ConfigException:
+            pass
+    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return ApiKube(client.ApiClient(configuration), request_timeout=request_timeout)
+
+
+def _snake(kind: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
+
+
+def _unavailable(what: str, kind: str, error: BaseException) -> KubeUnavailable:
+    return KubeUnavailable(f"{what} failed: {type(error).__name__} {error}".rstrip(), kind=kind)
+
+
+class ApiKube:
+    """`Kube` on kubernetes_asyncio's generated APIs, asked for the raw answer so bodies stay plain JSON."""
+
+    def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 30.0) -> None:
+        self._api_client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        self._authn = client.AuthenticationV1Api(api_client)
+        self._authz = client.AuthorizationV1Api(api_client)
+        self._timeout = request_timeout
+
+    async def close(self) -> None:
+        await self._api_client.close()
+
+    async def _answer(self, what: str, kind: str, call: ApiCall, *args: Any, **kwargs: Any) -> Manifest:
+        try:
+            response = await call(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
+            async with response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise _unavailable(what, kind, error) from error
+        if status >= 400:
+            raise error_from_answer(what, status, text, kind)
+        result: Manifest = json.loads(text) if text else {}
+        return result
+
+    def _core_call(self, verb: str, resource: Resource, suffix: str = "") -> ApiCall:
+        fn: ApiCall = getattr(self._core, f"{verb}_namespaced_{_snake(resource.kind)}{suffix}")
+        return fn
+
+    def _list_call(self, resource: Resource, namespace: str | None) -> tuple[ApiCall, tuple[str, ...]]:
+        if resource.custom:
+            if namespace is None:
+                args: tuple[str, ...] = (resource.group, resource.version, resource.plural)
+                return self._custom.list_cluster_custom_object, args
+            args = (resource.group, resource.version, namespace, resource.plural)
+            return self._custom.list_namespaced_custom_object, args
+        if namespace is None:
+            every: ApiCall = getattr(self._core, f"list_{_snake(resource.kind)}_for_all_namespaces")
+            return every, ()
+        return self._core_call("list", resource), (namespace,)
+
+    async def get(self, resource: Resource, namespace: str | None, name: str) -> Manifest:
+        what = f"get {resource.kind} {namespace}/{name}"
+        if resource.custom:
+            call = self._custom.get_namespaced_custom_object
+            args = (resource.group, resource.version, namespace, resource.plural, name)
+            return await self._answer(what, resource.kind, call, *args)
+        return await self._answer(what, resource.kind, self._core_call("read", resource), name, namespace)
+
+    async def list(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+    ) -> Listing:
+        what = f"list {resource.plural} in {namespace or 'all namespaces'}"
+        selectors = {
+            key: value
+            for key, value in (("field_selector", field_selector), ("label_selector", label_selector))
+            if value
+        }
+        call, args = self._list_call(resource, namespace)
+        body = await self._answer(what, resource.kind, call, *args, **selectors)
+        version = str((body.get("metadata") or {}).get("resourceVersion", ""))
+        return Listing(list(body.get("items") or []), version)
+
+    async def create(self, manifest: Manifest) -> Manifest:
+        resource = resource_of(manifest)
+        meta = manifest.get("metadata") or {}
+        namespace = meta.get("namespace")
+        what = (
+            f"create {resource.kind} {namespace}/{meta.get('name', '')}"
+            if namespace
+            else f"create {resource.kind}"
+        )
+        if resource.kind == "TokenReview":
+            return await self._answer(what, resource.kind, self._authn.create_token_review, manifest)
+        if resource.kind == "SubjectAccessReview":
+            return await self._answer(what, resource.kind, self._authz.create_subject_access_review, manifest)
+        if resource.custom:
+            call = self._custom.create_namespaced_custom_object
+            args = (resource.group, resource.version, namespace, resource.plural, manifest)
+            return await self._answer(what, resource.kind, call, *args)
+        return await self._answer(
+            what, resource.kind, self._core_call("create", resource), namespace, manifest
+        )
+
+    async def patch(
+        self, resource: Resource, namespace: str | None, name: str, patch: Manifest, *, status: bool = False
+    ) -> Manifest:
+        what = f"patch {'status of ' if status else ''}{resource.kind} {namespace}/{name}"
+        if resource.custom:
+            call = (
+                self._custom.patch_namespaced_custom_object_status
+                if status
+                else self._custom.patch_namespaced_custom_object
+            )
+            args = (resource.group, resource.version, namespace, resource.plural, name, patch)
+            return await self._answer(what, resource.kind, call, *args, _content_type=MERGE_PATCH)
+        verb = self._core_call("patch", resource, "_status" if status else "")
+        return await self._answer(
+            what, resource.kind, verb, name, namespace, patch, _content_type=MERGE_PATCH
+        )
+
+    async def delete(
+        self, resource: Resource, namespace: str | None, name: str, *, uid: str | None = None
+    ) -> None:
+        what = f"delete {resource.kind} {namespace}/{name}"
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        if resource.custom:
+            call = self._custom.delete_namespaced_custom_object
+            args = (resource.group, resource.version, namespace, resource.plural, name)
+            await self._answer(what, resource.kind, call, *args, body=options)
+            return
+        await self._answer(
+            what, resource.kind, self._core_call("delete", resource), name, namespace, body=options
+        )
+
+    async def watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        inactivity_timeout: float,
+    ) -> AsyncIterator[WatchEvent]:
+        what = f"watch {resource.plural} in {namespace or 'all namespaces'}"
+        call, args = self._list_call(resource, namespace)
+        try:
+            response = await call(
+                *args,
+                watch=True,
+                allow_watch_bookmarks=True,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                # (connect, read): a silent connection is dropped; the server ends a healthy one first.
+                _request_timeout=(10, inactivity_timeout),
+            )
+        except (aiohttp.ClientError, OSError) as error:
+            raise _unavailable(what, resource.kind, error) from error
+        async with response:
+            if response.status >= 400:
+                raise error_from_answer(what, response.status, await response.text(), resource.kind)
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj: Manifest = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise _watch_error(what, obj, resource.kind)
+                yield WatchEvent(event["type"], obj)
+
+
+def _watch_error(what: str, status: Manifest, kind: str) -> KubeError:
+    code = int(status.get("code") or 500)
+    return error_from_status(
+        what, code, str(status.get("reason") or ""), str(status.get("message") or ""), kind
+    )

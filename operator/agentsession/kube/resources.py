@@ -1,0 +1,48 @@
+"""The kinds the operator and the gateway touch, and where the API serves each of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentsession.api.constants import GROUP, KIND, PLURAL, VERSION
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    plural: str
+    group: str = ""  # "" is the core group, served under /api/v1
+    version: str = "v1"
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def custom(self) -> bool:
+        """Served by the generic custom-objects API (the CRD), not by a generated typed API."""
+        return self.group == GROUP
+
+
+AGENT_SESSIONS = Resource(KIND, PLURAL, GROUP, VERSION)
+PODS = Resource("Pod", "pods")
+SECRETS = Resource("Secret", "secrets")
+CLAIMS = Resource("PersistentVolumeClaim", "persistentvolumeclaims")
+EVENTS = Resource("Event", "events")
+TOKEN_REVIEWS = Resource("TokenReview", "tokenreviews", "authentication.k8s.io", namespaced=False)
+ACCESS_REVIEWS = Resource(
+    "SubjectAccessReview", "subjectaccessreviews", "authorization.k8s.io", namespaced=False
+)
+
+BY_KIND: dict[str, Resource] = {
+    r.kind: r for r in (AGENT_SESSIONS, PODS, SECRETS, CLAIMS, EVENTS, TOKEN_REVIEWS, ACCESS_REVIEWS)
+}
+
+
+def resource_of(manifest: dict[str, object]) -> Resource:
+    kind = str(manifest.get("kind"))
+    try:
+        return BY_KIND[kind]
+    except KeyError:
+        raise ValueError(f"kind {kind!r} is not one this client serves ({', '.join(BY_KIND)})") from None

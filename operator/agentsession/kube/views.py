@@ -1,0 +1,128 @@
+"""Typed, read-only views over the raw objects the API returns, for the fields code reads.
+
+The bodies stay plain JSON (the pure core and the wire see them unchanged); a view answers the questions
+callers ask (is it being deleted? who owns it? which conditions are true?) in one place, instead of
+`.get("status") or {}` chains spread over every caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cached_property
+from typing import Any, TypedDict
+
+from pydantic import ValidationError
+
+from agentsession.api.models import AgentSessionStatus, Condition, ConditionType
+from agentsession.controller.session_ref import SessionRef
+
+Manifest = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+class _Meta:
+    def __init__(self, body: Manifest) -> None:
+        self.body = body
+        self.meta: Manifest = body.get("metadata") or {}
+
+    @property
+    def namespace(self) -> str:
+        return str(self.meta.get("namespace") or "")
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name") or "")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def uid(self) -> str:
+        return str(self.meta.get("uid") or "")
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.meta.get("resourceVersion") or "")
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.meta.get("deletionTimestamp"))
+
+    def annotation(self, key: str) -> str | None:
+        value = (self.meta.get("annotations") or {}).get(key)
+        return str(value) if value is not None else None
+
+
+class SessionView(_Meta):
+    """An AgentSession as its readers see it: identity, the raw spec, and the status as the typed model."""
+
+    @property
+    def generation(self) -> int:
+        return int(self.meta.get("generation") or 0)
+
+    @property
+    def created_at(self) -> str | None:
+        value = self.meta.get("creationTimestamp")
+        return str(value) if value else None
+
+    @property
+    def ref(self) -> SessionRef:
+        return SessionRef(self.namespace, self.name, self.uid, self.generation)
+
+    @property
+    def spec(self) -> Manifest:
+        spec: Manifest = self.body.get("spec") or {}
+        return spec
+
+    @property
+    def suspended(self) -> bool:
+        return bool(self.spec.get("suspend"))
+
+    @cached_property
+    def status(self) -> AgentSessionStatus:
+        try:
+            return AgentSessionStatus.model_validate(self.body.get("status") or {})
+        except ValidationError:
+            # A status nobody can read is rebuilt from scratch: the operator is its only writer.
+            log.warning("ignoring the unreadable status of %s/%s", self.namespace, self.name)
+            return AgentSessionStatus()
+
+    def condition(self, kind: ConditionType) -> Condition | None:
+        return self.status.condition(kind)
+
+    def condition_true(self, kind: ConditionType) -> bool:
+        found = self.status.condition(kind)
+        return found is not None and found.status == "True"
+
+
+class PodView(_Meta):
+    @property
+    def phase(self) -> str | None:
+        value = (self.body.get("status") or {}).get("phase")
+        return str(value) if value else None
+
+    @property
+    def failed_reason(self) -> str | None:
+        """Why the pod failed (its status reason, else "Failed"); None while it has not failed."""
+        if self.phase != "Failed":
+            return None
+        return str((self.body.get("status") or {}).get("reason") or "Failed")
+
+    @property
+    def ip(self) -> str | None:
+        value = (self.body.get("status") or {}).get("podIP")
+        return str(value) if value else None
+
+    def owned_by(self, uid: str) -> bool:
+        return any(ref.get("uid") == uid for ref in self.meta.get("ownerReferences") or [])
+
+
+class EventBody(TypedDict, total=False):
+    """The fields of a core/v1 Event that the operator reads."""
+
+    type: str
+    reason: str
+    message: str
+    lastTimestamp: str | None
+    eventTime: str | None

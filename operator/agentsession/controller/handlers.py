@@ -19,10 +19,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from agentsession.api.constants import GROUP, LABEL_SESSION, PLURAL, VERSION
 from agentsession.controller.agentctl_client import AgentctlClient
 from agentsession.controller.config import OperatorConfig
-from agentsession.controller.kube import KubeApi, load_api_client
 from agentsession.controller.reconciler import Reconciler
 from agentsession.controller.watch_health import WatchHealth
 from agentsession.controller.work_queue import WorkQueue
+from agentsession.kube.client import Kube, connect
+from agentsession.kube.resources import AGENT_SESSIONS
 
 SESSIONS: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL}
 SESSION_PODS: dict[str, Any] = {"labels": {LABEL_SESSION: kopf.PRESENT}}
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class OperatorState:
     config: OperatorConfig
-    kube: KubeApi
+    kube: Kube
     agentctl: AgentctlClient
     queue: WorkQueue
     watch_health: WatchHealth
@@ -91,7 +92,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     pods: kopf.Index[tuple[str, str], Any] = kwargs["pods_by_name"]
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     configure_settings(settings, config)
-    kube = KubeApi(load_api_client())
+    kube = await connect()
     agentctl = AgentctlClient(config.start_timeout_seconds)
 
     def pod_lookup(namespace: str, name: str) -> dict[str, Any] | None:
@@ -114,6 +115,7 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
     await state.queue.shutdown()
     await state.agentctl.close()
+    await state.kube.close()
     if state.metrics_runner is not None:
         await state.metrics_runner.cleanup()
 
@@ -150,11 +152,13 @@ def _watched(namespace: str, patterns: list[str]) -> bool:
 @kopf.on.probe(id="watch")
 async def watch_is_live(memo: kopf.Memo, **_: Any) -> dict[str, int]:
     state = _state(memo)
+    namespaces: list[str | None] = (
+        list(state.config.namespaces) if state.config.watches_fixed_namespaces else [None]
+    )
     listed = {
         (item["metadata"]["namespace"], item["metadata"]["name"]): str(item["metadata"]["resourceVersion"])
-        for item in await state.kube.list_sessions(
-            state.config.namespaces if state.config.watches_fixed_namespaces else None
-        )
+        for namespace in namespaces
+        for item in (await state.kube.list(AGENT_SESSIONS, namespace)).items
         if _watched(item["metadata"]["namespace"], state.config.namespaces)
     }
     stalled = state.watch_health.stalled(listed, time.monotonic())

@@ -1,4 +1,4 @@
-"""One idempotent reconcile of one AgentSession: converge its children, start ACP, write the whole status.
+"""One idempotent reconcile of one AgentSession: observe → decide (pure, once) → act → report the status.
 
 Every trigger (create, resume, update, pod event, requeue) runs this same function; it reads the current
 state, never remembers what it did last time, and is safe to run twice.
@@ -6,51 +6,54 @@ state, never remembers what it did last time, and is safe to run twice.
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from agentsession.agentctl_api import StartRequest
-from agentsession.api.constants import MANAGER, TOKEN_KEY, pod_name, token_secret_name
+from agentsession.agentctl_client import AgentctlConnector, AgentctlError
+from agentsession.api.constants import MANAGER, pod_name
 from agentsession.api.models import AcpStatus, AgentSessionSpec, AgentSessionStatus, ConditionType, Phase
 from agentsession.controller import metrics
-from agentsession.controller.agentctl_client import AgentctlClient, AgentctlError
 from agentsession.controller.config import OperatorConfig
-from agentsession.controller.durations import parse_duration
-from agentsession.controller.idle import seconds_until_idle
-from agentsession.controller.kube import KubeApi, KubeError
-from agentsession.controller.pod_builder import (
-    SPEC_HASH_ANNOTATION,
-    SpecError,
-    build_pod,
-    build_token_secret,
-    build_workspace_claim,
+from agentsession.controller.decisions import (
+    CreateChild,
+    DeletePod,
+    Event,
+    Observed,
+    Plan,
+    PostEvent,
+    StartAcp,
+    Suspend,
+    decide,
+    observation,
+    requeue_after,
+    wants_activity,
 )
-from agentsession.controller.rejections import Rejection, rejection, retry_after
-from agentsession.controller.session_ref import SessionRef
+from agentsession.controller.rejections import Rejection, rejection
 from agentsession.controller.status_mapper import (
-    Observation,
     agentctl_restart_count,
     latest_readiness_failure,
     map_status,
     readiness_pending_since,
 )
 from agentsession.controller.transitions import condition_events
+from agentsession.kube.client import Kube
+from agentsession.kube.errors import Conflict, KubeError, NotFound
+from agentsession.kube.ops import create_or_read, post_event, read_session_token
+from agentsession.kube.resources import AGENT_SESSIONS, EVENTS, PODS
+from agentsession.kube.views import PodView, SessionView
 
 Manifest = dict[str, Any]
 PodLookup = Callable[[str, str], Manifest | None]
 log = logging.getLogger(__name__)
 
-IDLE_RETRY_SECONDS = 30.0
-# AgentInitialized reasons that mean "agentctl is ready and the start call is due".
-START_DUE = frozenset({"Initializing", "AgentctlRestarted", "InitializeFailed", "AgentExited"})
 STAGES: tuple[tuple[ConditionType, str], ...] = (
     ("PodScheduled", "scheduled"),
     ("AgentctlReady", "agentctl_ready"),
@@ -63,20 +66,32 @@ def utc_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
+@dataclass
+class Outcome:
+    """What executing a plan changed, for the one status written at the end."""
+
+    pod: Manifest | None
+    pods_created: int
+    acp: AcpStatus | None
+    rejection: Rejection | None = None
+
+
 class Reconciler:
     def __init__(
         self,
         config: OperatorConfig,
-        kube: KubeApi,
-        agentctl: AgentctlClient,
+        kube: Kube,
+        agentctl: AgentctlConnector,
         pod_lookup: PodLookup,
         clock: Callable[[], datetime] = utc_now,
+        new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
     ) -> None:
         self._config = config
         self._kube = kube
         self._agentctl = agentctl
         self._pod_lookup = pod_lookup
         self._clock = clock
+        self._new_token = new_token
         self._phases: dict[tuple[str, str], Phase] = {}
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
@@ -91,187 +106,108 @@ class Reconciler:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
     async def _reconcile(self, namespace: str, name: str) -> float | None:
-        body = await self._kube.get_session(namespace, name)
-        if body is None:
+        observed = await self._observe(namespace, name)
+        if observed is None:
             self._set_phase((namespace, name), None)
             return None
-        session = SessionRef.from_body(body)
-        previous = _previous_status(body)
-        deleting = bool(body["metadata"].get("deletionTimestamp"))
+        plan = decide(observed, self._config, self._new_token)
+        outcome = await self._act(observed, plan)
+        previous = observed.session.status
+        acp = outcome.acp if outcome.acp is not None else previous.acp
+        status = map_status(
+            observation(
+                observed,
+                self._config,
+                pod=outcome.pod,
+                previous=previous.model_copy(
+                    update={"podsCreated": outcome.pods_created or None, "acp": acp}
+                ),
+                spec_error=observed.spec_error or plan.spec_error,
+                rejection=outcome.rejection,
+            )
+        )
+        await self._write(observed.session, status)
+        return requeue_after(
+            plan, outcome.rejection is not None, previous, status, observed.now, self._config
+        )
+
+    # --- observe ---
+
+    async def _observe(self, namespace: str, name: str) -> Observed | None:
+        try:
+            session = SessionView(await self._kube.get(AGENT_SESSIONS, namespace, name))
+        except NotFound:
+            return None
         spec_error: str | None = None
         try:
-            spec = AgentSessionSpec.model_validate(body.get("spec") or {})
+            spec = AgentSessionSpec.model_validate(session.spec)
         except ValidationError as error:
             spec, spec_error = AgentSessionSpec(), _spec_problem(error)
-
-        pod = self._pod_lookup(namespace, pod_name(session.name))
-        token: str | None = None
-        pods_created = previous.podsCreated or 0
-        refused: Rejection | None = None
-        if not deleting:
-            try:
-                token = await self._ensure_token(session)
-                claim = build_workspace_claim(session, spec)
-                if claim is not None:
-                    await self._kube.create(claim)
-                if spec_error is None:
-                    pod, created = await self._converge_pod(session, spec, previous, pod)
-                    pods_created += int(created)
-            except SpecError as error:
-                spec_error = str(error)
-            except KubeError as error:
-                refused = rejection(error.kind, error.status, error.api_message)
-                if refused is None:
-                    raise
-                log.warning("the API server refused a child of %s/%s: %s", namespace, name, error)
-
-        observation = Observation(
-            generation=session.generation,
-            suspend=spec.suspend,
-            previous=previous.model_copy(update={"podsCreated": pods_created or None}),
-            now=self._clock(),
-            pod=pod,
-            deleting=deleting,
-            agentctl_port=self._config.agentctl_port,
-            spec_error=spec_error,
-            rejection=refused,
-        )
-        status = map_status(observation)
-        requeue: float | None = None
-        if refused is not None:
-            before = previous.condition("Ready")
-            refused_since = before.lastTransitionTime if before and before.reason == refused.reason else None
-            requeue = retry_after(refused_since, observation.now)
-        since = readiness_pending_since(pod) if pod is not None else None
-        if pod is not None and since is not None:
+        pod = self._pod_lookup(namespace, pod_name(name))
+        token = None if session.deleting else await read_session_token(self._kube, namespace, name)
+        observed = Observed(session, spec, spec_error, pod, token, self._clock())
+        if pod is not None and (since := readiness_pending_since(pod)) is not None:
             # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
-            events = await self._kube.warning_events(namespace, pod["metadata"]["uid"], "Unhealthy")
-            message = latest_readiness_failure(events, since)
-            if message:
-                observation = replace(observation, probe_message=message)
-                status = map_status(observation)
-        initialized = status.condition("AgentInitialized")
-        if (
-            pod is not None
-            and token is not None
-            and initialized is not None
-            and initialized.reason in START_DUE
-        ):
-            acp = await self._start_acp(spec, observation.previous, pod, token)
-            observation = replace(observation, previous=observation.previous.model_copy(update={"acp": acp}))
-            status = map_status(observation)
-            if acp.lastError:
-                requeue = self._config.start_retry_seconds
+            selector = f"involvedObject.uid={PodView(pod).uid},reason=Unhealthy,type=Warning"
+            events = (await self._kube.list(EVENTS, namespace, field_selector=selector)).items
+            observed = replace(observed, probe_message=latest_readiness_failure(events, since))
+        if pod is not None and token is not None and wants_activity(session, spec, pod):
+            try:
+                activity = await self._agentctl(self._endpoint(pod), token).status()
+                observed = replace(observed, activity=activity)
+            except AgentctlError as error:
+                log.warning("idle check of %s/%s failed: %s", namespace, name, error)
+                observed = replace(observed, activity_error=str(error))
+        return observed
 
-        await self._write(body, session, previous, status)
-        idle_timeout = spec.lifecycle.idleTimeout if spec.lifecycle else None
-        if pod is not None and token is not None and status.phase == "Ready" and idle_timeout:
-            idle_check = await self._check_idle(session, pod, token, parse_duration(idle_timeout))
-            if idle_check is not None:
-                requeue = idle_check if requeue is None else min(requeue, idle_check)
-        return requeue
+    # --- act ---
 
-    async def _ensure_token(self, session: SessionRef) -> str:
-        existing = await self._kube.get_secret(session.namespace, token_secret_name(session.name))
-        if existing is None:
-            existing, _ = await self._kube.create(build_token_secret(session, secrets.token_urlsafe(32)))
-        return base64.b64decode(existing.get("data", {}).get(TOKEN_KEY, "")).decode()
-
-    async def _converge_pod(
-        self, session: SessionRef, spec: AgentSessionSpec, previous: AgentSessionStatus, pod: Manifest | None
-    ) -> tuple[Manifest | None, bool]:
-        """Creates, keeps or deletes the pod; returns the pod to observe and whether one was created."""
-        if pod is not None and not _owned_by(pod, session):
-            await self._delete(
-                session, pod, "StalePodReplaced", "the pod belongs to an older session of this name"
-            )
-            return pod, False
-        if spec.suspend:
-            if pod is not None and not pod["metadata"].get("deletionTimestamp"):
-                await self._delete(session, pod, "Suspending", "spec.suspend is true: stopping the pod")
-            return pod, False
-        desired = build_pod(session, spec, self._config)
-        if pod is None:
-            if previous.podUID:
-                await self._event(
-                    session, "Warning", "PodDeleted", f"pod {previous.podName} vanished; recreating it"
+    async def _act(self, observed: Observed, plan: Plan) -> Outcome:
+        outcome = Outcome(observed.pod, observed.session.status.podsCreated or 0, None)
+        session = observed.session
+        for action in plan.actions:
+            if isinstance(action, CreateChild):
+                try:
+                    obj, created = await create_or_read(self._kube, action.manifest)
+                except KubeError as error:
+                    outcome.rejection = rejection(error.kind, error.status, error.api_message)
+                    if outcome.rejection is None:
+                        raise
+                    log.warning("the API server refused a child of %s/%s: %s", *session.key, error)
+                    break  # what follows needs this child
+                if obj["kind"] == "Pod":
+                    outcome.pod = obj
+                    outcome.pods_created += int(created)
+                if created and action.on_created is not None:
+                    await self._event(session, action.on_created)
+            elif isinstance(action, DeletePod):
+                # Gone already, or the name now holds a newer pod: either way not ours to delete.
+                with contextlib.suppress(NotFound, Conflict):
+                    await self._kube.delete(PODS, session.namespace, action.name, uid=action.uid)
+                await self._event(session, action.event)
+            elif isinstance(action, Suspend):
+                await self._kube.patch(
+                    AGENT_SESSIONS, session.namespace, session.name, {"spec": {"suspend": True}}
                 )
-            pod, created = await self._kube.create(desired)
-            if created:
-                await self._event(session, "Normal", "PodCreated", f"created pod {pod['metadata']['name']}")
-            return pod, created
-        if pod["metadata"].get("deletionTimestamp"):
-            return pod, False
-        restart_policy = spec.lifecycle.restartPolicy if spec.lifecycle else "Always"
-        failed_reason = (
-            pod["status"].get("reason") or "Failed"
-            if pod.get("status", {}).get("phase") == "Failed"
-            else None
-        )
-        if failed_reason == "DeadlineExceeded":
-            # lifecycle.maxDuration ran out: the session stops for good, keeping its workspace, until resumed.
-            await self._kube.patch_session_spec(session.namespace, session.name, {"suspend": True})
-            await self._event(
-                session, "Normal", "MaxDurationReached", "lifecycle.maxDuration ran out; suspending"
-            )
-        elif failed_reason is not None and restart_policy == "Always":
-            await self._delete(
-                session, pod, "ReplacingFailedPod", f"pod failed ({failed_reason}); replacing it"
-            )
-        elif _spec_hash(pod) != _spec_hash(desired):
-            await self._delete(
-                session, pod, "PodSpecChanged", "the session's pod template changed; replacing the pod"
-            )
-        return pod, False
+                await self._event(session, action.event)
+            elif isinstance(action, StartAcp):
+                outcome.acp = await self._start_acp(observed, action)
+            elif isinstance(action, PostEvent):
+                await self._event(session, action.event)
+        return outcome
 
-    async def _check_idle(
-        self, session: SessionRef, pod: Manifest, token: str, idle_timeout: float
-    ) -> float | None:
-        """Suspends the session once agentctl reports it idle for `idle_timeout`; else when to look again."""
-        try:
-            report = await self._agentctl.status(self._endpoint(pod), token)
-        except AgentctlError as error:
-            log.warning("idle check of %s/%s failed: %s", session.namespace, session.name, error)
-            return min(idle_timeout, IDLE_RETRY_SECONDS)
-        remaining = seconds_until_idle(idle_timeout, report, self._clock())
-        if remaining > 0:
-            return max(remaining, 1.0)
-        await self._kube.patch_session_spec(session.namespace, session.name, {"suspend": True})
-        await self._event(
-            session,
-            "Normal",
-            "IdleTimeout",
-            f"idle for lifecycle.idleTimeout ({idle_timeout:.0f}s); suspending",
-        )
-        return None
-
-    def _endpoint(self, pod: Manifest) -> str:
-        host = self._config.agentctl_host_override or pod.get("status", {}).get("podIP")
-        return f"http://{host}:{self._config.agentctl_port}"
-
-    async def _delete(self, session: SessionRef, pod: Manifest, reason: str, message: str) -> None:
-        await self._kube.delete_pod(session.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
-        await self._event(session, "Normal", reason, message)
-
-    async def _start_acp(
-        self, spec: AgentSessionSpec, previous: AgentSessionStatus, pod: Manifest, token: str
-    ) -> AcpStatus:
+    async def _start_acp(self, observed: Observed, action: StartAcp) -> AcpStatus:
         """Calls agentctl's start; the result (or the error) is recorded for this pod and agentctl restart."""
-        old = previous.acp or AcpStatus()
-        endpoint = self._endpoint(pod)
-        request = StartRequest(
-            session_id=old.sessionId,
-            # The initial prompt goes only with the very first start; a resume never repeats it.
-            prompt=spec.prompt if old.sessionId is None else None,
-            # Without spec.cwd, agentctl uses its workdir: the workspace mount in the pod.
-            cwd=spec.cwd,
-            mode_id=spec.mode,
-        )
-        recorded = {"podUID": pod["metadata"]["uid"], "agentctlRestartCount": agentctl_restart_count(pod)}
+        pod, token = observed.pod, observed.token
+        # decide() starts ACP only on an observed pod whose token it read.
+        assert pod is not None
+        assert token is not None
+        old = observed.session.status.acp or AcpStatus()
+        recorded = {"podUID": PodView(pod).uid, "agentctlRestartCount": agentctl_restart_count(pod)}
         try:
-            response = await self._agentctl.start(endpoint, token, request)
+            response = await self._agentctl(self._endpoint(pod), token).start(action.request)
         except AgentctlError as error:
-            log.warning("ACP start for pod %s failed: %s", pod["metadata"]["name"], error)
+            log.warning("ACP start for pod %s failed: %s", PodView(pod).name, error)
             return old.model_copy(update={**recorded, "lastError": str(error)[:4000]})
         return AcpStatus(
             sessionId=response.session_id,
@@ -283,20 +219,28 @@ class Reconciler:
             **recorded,
         )
 
-    async def _write(
-        self, body: Manifest, session: SessionRef, previous: AgentSessionStatus, status: AgentSessionStatus
-    ) -> None:
+    def _endpoint(self, pod: Manifest) -> str:
+        host = self._config.agentctl_host_override or PodView(pod).ip
+        return f"http://{host}:{self._config.agentctl_port}"
+
+    # --- report ---
+
+    async def _write(self, session: SessionView, status: AgentSessionStatus) -> None:
+        previous = session.status
         new = status.model_dump(mode="json")
         if new != previous.model_dump(mode="json"):
-            await self._kube.patch_session_status(session.namespace, session.name, new)
+            await self._kube.patch(
+                AGENT_SESSIONS, session.namespace, session.name, {"status": new}, status=True
+            )
         for record in condition_events(previous, status):
-            await self._event(session, record.type, record.reason, record.message)
+            await self._event(session, Event(record.type, record.reason, record.message))
         self._observe_stages(previous, status)
         self._set_phase(session.key, status.phase)
 
-    async def _event(self, session: SessionRef, event_type: str, reason: str, message: str) -> None:
-        metrics.EVENTS_POSTED.labels(type=event_type).inc()
-        await self._kube.post_event(session.object_reference(), event_type, reason, message, MANAGER)
+    async def _event(self, session: SessionView, event: Event) -> None:
+        metrics.EVENTS_POSTED.labels(type=event.type).inc()
+        involved = session.ref.object_reference()
+        await post_event(self._kube, involved, event.type, event.reason, event.message, MANAGER)
 
     def _observe_stages(self, previous: AgentSessionStatus, status: AgentSessionStatus) -> None:
         timings = status.startup
@@ -335,22 +279,3 @@ def _spec_problem(error: ValidationError) -> str:
     where = ".".join(["spec", *(str(part) for part in first["loc"])])
     more = error.error_count() - 1
     return f"{where}: {first['msg']}" + (f" (and {more} more)" if more else "")
-
-
-def _previous_status(body: Manifest) -> AgentSessionStatus:
-    try:
-        return AgentSessionStatus.model_validate(body.get("status") or {})
-    except ValidationError:
-        # A status we cannot read is rebuilt from scratch: the operator is its only writer.
-        log.warning("ignoring unreadable status of %s", body["metadata"].get("name"))
-        return AgentSessionStatus()
-
-
-def _owned_by(pod: Manifest, session: SessionRef) -> bool:
-    return any(ref.get("uid") == session.uid for ref in pod["metadata"].get("ownerReferences") or [])
-
-
-def _spec_hash(pod: Manifest) -> str | None:
-    annotations = pod["metadata"].get("annotations") or {}
-    value = annotations.get(SPEC_HASH_ANNOTATION)
-    return str(value) if value is not None else None

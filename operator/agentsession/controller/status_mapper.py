@@ -51,6 +51,8 @@ READINESS_FAILED = "Readiness probe failed"
 # message and an Event can carry and a person can read at a glance.
 TERMINATION_TAIL_LINES = 5
 TERMINATION_TAIL_CHARS = 1000
+# AgentInitialized reasons that mean "agentctl is ready and the start call is due".
+START_DUE = frozenset({"Initializing", "AgentctlRestarted", "InitializeFailed", "AgentExited"})
 PENDING_REASONS = frozenset(
     {"PodNotCreated", "PodDeleted", "Pending", "Unschedulable", QUOTA_REASON} | IMAGE_PULL_REASONS
 )
@@ -339,6 +341,12 @@ def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation
             created, initialized if by_type["AgentInitialized"].status == "True" else None
         ),
     )
+
+
+def start_due(obs: Observation) -> bool:
+    """Whether agentctl is ready and ACP must be started (or started again) on the observed pod."""
+    agentctl = _agentctl_ready(obs, obs.pod, _scheduled(obs, obs.pod))
+    return _agent_initialized(obs, obs.pod, agentctl).reason in START_DUE
 
 
 def map_status(obs: Observation) -> AgentSessionStatus:

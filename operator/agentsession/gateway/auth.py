@@ -17,7 +17,8 @@ from aiohttp import web
 
 from agentsession.api.constants import GROUP, PLURAL
 from agentsession.gateway import metrics
-from agentsession.gateway.kube import KubeClient, KubeError
+from agentsession.kube.client import Kube
+from agentsession.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def _digest(token: str) -> str:
 class Authenticator:
     def __init__(
         self,
-        kube: KubeClient,
+        kube: Kube,
         *,
         audiences: list[str] | None = None,
         ttl: float = 60.0,
@@ -137,10 +138,8 @@ class Authenticator:
         if self._audiences:
             spec["audiences"] = self._audiences
         try:
-            result = await self._kube.request(
-                "POST",
-                "/apis/authentication.k8s.io/v1/tokenreviews",
-                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec},
+            result = await self._kube.create(
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
             )
         except KubeError as exc:
             log.error("TokenReview failed: %s", exc)
@@ -173,7 +172,9 @@ class Authenticator:
         if identity.extra:
             spec["extra"] = identity.extra
         try:
-            result = await self._kube.subject_access_review(spec)
+            result = await self._kube.create(
+                {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+            )
         except KubeError as exc:
             log.error("SubjectAccessReview failed: %s", exc)
             return False

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agentsession.gateway import metrics
-from agentsession.gateway.kube import KubeClient, KubeError
+from agentsession.kube.client import Kube
+from agentsession.kube.errors import Gone
+from agentsession.kube.resources import AGENT_SESSIONS
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ def key_of(obj: Manifest) -> Key:
 class SessionCache:
     def __init__(
         self,
-        kube: KubeClient,
+        kube: Kube,
         namespaces: list[str] | None = None,
         *,
         inactivity_timeout: float = 60.0,
@@ -97,23 +99,22 @@ class SessionCache:
         self._tasks.clear()
 
     async def _run(self, namespace: str | None) -> None:
-        path = self._kube.sessions_path(namespace)
         version: str | None = None
         failures = 0
         while True:
             try:
                 if version is None:
-                    version = await self._list(namespace, path)
+                    version = await self._list(namespace)
                     self._synced[namespace].set()
-                version = await self._watch(path, version)
+                version = await self._watch(namespace, version)
                 failures = 0
             except asyncio.CancelledError:
                 raise
-            except _Gone:
+            except Gone:
                 log.info("watch resourceVersion expired; relisting", extra={"namespace": namespace})
                 version = None
                 continue
-            except (TimeoutError, KubeError, OSError, ValueError, Exception) as exc:
+            except Exception as exc:
                 failures += 1
                 self.watch_restarts += 1
                 metrics.WATCH_RESTARTS.inc()
@@ -124,10 +125,10 @@ class SessionCache:
                 )  # fmt: skip
                 await asyncio.sleep(delay)
 
-    async def _list(self, namespace: str | None, path: str) -> str:
-        body = await self._kube.request("GET", path)
+    async def _list(self, namespace: str | None) -> str:
+        listing = await self._kube.list(AGENT_SESSIONS, namespace)
         self.relists += 1
-        fresh = {key_of(obj): _with_kind(obj) for obj in body.get("items", [])}
+        fresh = {key_of(obj): obj for obj in listing.items}
         stale = [k for k in self._objects if (namespace is None or k[0] == namespace) and k not in fresh]
         for key in stale:
             gone = self._objects.pop(key)
@@ -140,33 +141,29 @@ class SessionCache:
                 self._objects[key] = obj
                 self._emit("ADDED" if old is None else "MODIFIED", old, obj)
         await self._notify()
-        return str(body["metadata"]["resourceVersion"])
+        return listing.resource_version
 
-    async def _watch(self, path: str, version: str) -> str:
-        params = {
-            "watch": "true",
-            "allowWatchBookmarks": "true",
-            "resourceVersion": version,
-            "timeoutSeconds": str(self._server_timeout),
-        }
-        async for event in self._kube.watch_lines(path, params, self._inactivity):
+    async def _watch(self, namespace: str | None, version: str) -> str:
+        events = self._kube.watch(
+            AGENT_SESSIONS,
+            namespace,
+            resource_version=version,
+            timeout_seconds=self._server_timeout,
+            inactivity_timeout=self._inactivity,
+        )
+        async for event in events:
             self.last_event_at = time.monotonic()
-            kind = event.get("type")
-            obj: Manifest = event.get("object") or {}
-            if kind == "ERROR":
-                if obj.get("code") == 410:
-                    raise _Gone()
-                raise KubeError(int(obj.get("code") or 500), obj.get("message", "watch error"))
+            obj = event.object
             version = obj.get("metadata", {}).get("resourceVersion") or version
-            if kind == "BOOKMARK":
+            if event.type == "BOOKMARK":
                 continue
             key = key_of(obj)
             old = self._objects.get(key)
-            if kind == "DELETED":
+            if event.type == "DELETED":
                 self._objects.pop(key, None)
             else:
                 self._objects[key] = obj
-            self._emit(str(kind), old, obj)
+            self._emit(event.type, old, obj)
             await self._notify()
         return version
 
@@ -181,12 +178,3 @@ class SessionCache:
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
-
-
-class _Gone(Exception):
-    pass
-
-
-def _with_kind(obj: Manifest) -> Manifest:
-    obj.setdefault("metadata", {})
-    return obj

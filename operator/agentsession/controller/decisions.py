@@ -1,0 +1,255 @@
+"""What one reconcile does, decided once from what it observed. Pure: no I/O, time and randomness passed in.
+
+The reconciler observes (the session, its pod, its token, the kubelet's probe reports, agentctl's activity),
+calls `decide`, and executes the actions of the plan in their order. The plan is a value, so unit tests read
+the decision directly, and the order of the calls is written down here instead of following from the shape
+of the code that makes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agentsession.agentctl_api import StartRequest, StatusResponse
+from agentsession.api.models import AgentSessionSpec, AgentSessionStatus
+from agentsession.controller.config import OperatorConfig
+from agentsession.controller.durations import parse_duration
+from agentsession.controller.idle import seconds_until_idle
+from agentsession.controller.pod_builder import (
+    SPEC_HASH_ANNOTATION,
+    SpecError,
+    build_pod,
+    build_token_secret,
+    build_workspace_claim,
+)
+from agentsession.controller.rejections import retry_after
+from agentsession.controller.status_mapper import Observation, start_due
+from agentsession.kube.views import PodView, SessionView
+
+Manifest = dict[str, Any]
+# When agentctl cannot say how long the agent has been idle, it is asked again after at most this long.
+IDLE_RETRY_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything a reconcile looked at before deciding."""
+
+    session: SessionView
+    spec: AgentSessionSpec
+    spec_error: str | None
+    pod: Manifest | None
+    token: str | None  # None while the token Secret does not exist
+    now: datetime
+    probe_message: str | None = None  # the kubelet's latest readiness failure of the running agentctl
+    activity: StatusResponse | None = None  # agentctl's report, read for lifecycle.idleTimeout
+    activity_error: str | None = None  # why that report could not be read
+
+
+# --- actions, executed in the order of the plan ---
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CreateChild:
+    """Create-or-read a Pod, claim or Secret; `on_created` is posted only when this call created it."""
+
+    manifest: Manifest
+    on_created: Event | None = None
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    uid: str
+    event: Event
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """Sets spec.suspend: the session stops for good, keeping its workspace, until someone resumes it."""
+
+    event: Event
+
+
+@dataclass(frozen=True)
+class StartAcp:
+    request: StartRequest
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    event: Event
+
+
+Action = CreateChild | DeletePod | Suspend | StartAcp | PostEvent
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...]
+    # A spec that the pod builder cannot turn into a pod; shown as InvalidSpec.
+    spec_error: str | None = None
+    # When to look at agentctl's activity again, if the session is Ready by the end of the reconcile.
+    idle_recheck: float | None = None
+
+
+def observation(observed: Observed, config: OperatorConfig, **changes: Any) -> Observation:
+    """The status mapper's view of what was observed, with what executing the plan changed."""
+    values: dict[str, Any] = {
+        "generation": observed.session.generation,
+        "suspend": observed.spec.suspend,
+        "previous": observed.session.status,
+        "now": observed.now,
+        "pod": observed.pod,
+        "deleting": observed.session.deleting,
+        "agentctl_port": config.agentctl_port,
+        "spec_error": observed.spec_error,
+        "probe_message": observed.probe_message,
+    }
+    values.update(changes)
+    return Observation(**values)
+
+
+def decide(observed: Observed, config: OperatorConfig, new_token: Callable[[], str]) -> Plan:
+    if observed.session.deleting:
+        # Children go with their owner (garbage collection); nothing is created for a session on its way out.
+        return Plan(())
+    session, spec = observed.session.ref, observed.spec
+    actions: list[Action] = []
+    if observed.token is None:
+        actions.append(CreateChild(build_token_secret(session, new_token())))
+    try:
+        claim = build_workspace_claim(session, spec)
+        if claim is not None:
+            actions.append(CreateChild(claim))
+        if observed.spec_error is None:
+            actions.extend(_pod_actions(observed, config))
+    except SpecError as error:
+        return Plan(tuple(actions), spec_error=str(error))
+    idle_recheck: float | None = None
+    # ACP starts, and idleness counts, only on a pod that this reconcile leaves in place.
+    if not any(_touches_pod(a) for a in actions):
+        actions.extend(_acp_actions(observed, config))
+        idle, idle_recheck = _idle(observed)
+        actions.extend(idle)
+    return Plan(tuple(actions), idle_recheck=idle_recheck)
+
+
+def _touches_pod(action: Action) -> bool:
+    if isinstance(action, CreateChild):
+        return action.manifest.get("kind") == "Pod"
+    return isinstance(action, DeletePod | Suspend)
+
+
+def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
+    session, spec, previous = observed.session.ref, observed.spec, observed.session.status
+    raw = observed.pod
+    pod = PodView(raw) if raw is not None else None
+    if pod is not None and not pod.owned_by(session.uid):
+        return [_delete(pod, "StalePodReplaced", "the pod belongs to an older session of this name")]
+    if spec.suspend:
+        if pod is not None and not pod.deleting:
+            return [_delete(pod, "Suspending", "spec.suspend is true: stopping the pod")]
+        return []
+    desired = build_pod(session, spec, config)
+    if pod is None:
+        actions: list[Action] = []
+        if previous.podUID:
+            vanished = Event("Warning", "PodDeleted", f"pod {previous.podName} vanished; recreating it")
+            actions.append(PostEvent(vanished))
+        name = desired["metadata"]["name"]
+        actions.append(CreateChild(desired, Event("Normal", "PodCreated", f"created pod {name}")))
+        return actions
+    if pod.deleting:
+        return []
+    restart_policy = spec.lifecycle.restartPolicy if spec.lifecycle else "Always"
+    failed = pod.failed_reason
+    if failed == "DeadlineExceeded":
+        return [Suspend(Event("Normal", "MaxDurationReached", "lifecycle.maxDuration ran out; suspending"))]
+    if failed is not None and restart_policy == "Always":
+        return [_delete(pod, "ReplacingFailedPod", f"pod failed ({failed}); replacing it")]
+    if pod.annotation(SPEC_HASH_ANNOTATION) != PodView(desired).annotation(SPEC_HASH_ANNOTATION):
+        return [_delete(pod, "PodSpecChanged", "the session's pod template changed; replacing the pod")]
+    return []
+
+
+def _delete(pod: PodView, reason: str, message: str) -> DeletePod:
+    return DeletePod(pod.name, pod.uid, Event("Normal", reason, message))
+
+
+def _acp_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
+    if observed.pod is None or observed.token is None or observed.spec.suspend:
+        return []
+    if not start_due(observation(observed, config)):
+        return []
+    old = observed.session.status.acp
+    request = StartRequest(
+        session_id=old.sessionId if old else None,
+        # The initial prompt goes only with the very first start; a resume never repeats it.
+        prompt=observed.spec.prompt if old is None or old.sessionId is None else None,
+        # Without spec.cwd, agentctl uses its workdir: the workspace mount in the pod.
+        cwd=observed.spec.cwd,
+        mode_id=observed.spec.mode,
+    )
+    return [StartAcp(request)]
+
+
+def _idle(observed: Observed) -> tuple[list[Action], float | None]:
+    """lifecycle.idleTimeout: suspend an agent that has been idle that long, else say when to look again."""
+    lifecycle = observed.spec.lifecycle
+    if lifecycle is None or not lifecycle.idleTimeout or observed.spec.suspend:
+        return [], None
+    timeout = parse_duration(lifecycle.idleTimeout)
+    if observed.activity_error is not None:
+        return [], min(timeout, IDLE_RETRY_SECONDS)
+    if observed.activity is None:
+        # Not Ready when observed: no agent can have been idle longer than since it became ready.
+        return [], timeout
+    remaining = seconds_until_idle(timeout, observed.activity, observed.now)
+    if remaining > 0:
+        return [], max(remaining, 1.0)
+    message = f"idle for lifecycle.idleTimeout ({timeout:.0f}s); suspending"
+    return [Suspend(Event("Normal", "IdleTimeout", message))], None
+
+
+def wants_activity(session: SessionView, spec: AgentSessionSpec, pod: Manifest | None) -> bool:
+    """Whether the idle check needs agentctl's activity report: a Ready session with an idle timeout."""
+    lifecycle = spec.lifecycle
+    return (
+        pod is not None
+        and not spec.suspend
+        and not session.deleting
+        and lifecycle is not None
+        and bool(lifecycle.idleTimeout)
+        and session.status.phase == "Ready"
+        and session.status.podUID == PodView(pod).uid
+    )
+
+
+def requeue_after(
+    plan: Plan, refused: bool, previous: AgentSessionStatus, status: AgentSessionStatus, now: datetime,
+    config: OperatorConfig,
+) -> float | None:  # fmt: skip
+    """Seconds until the session must be looked at again without any event; None to wait for one."""
+    delays: list[float] = []
+    ready = status.condition("Ready")
+    if refused and ready is not None:
+        before = previous.condition("Ready")
+        # A refusal is retried after as long as it has lasted: soon at first, rarely later.
+        since = before.lastTransitionTime if before and before.reason == ready.reason else None
+        delays.append(retry_after(since, now))
+    if status.acp is not None and status.acp.lastError and any(isinstance(a, StartAcp) for a in plan.actions):
+        delays.append(config.start_retry_seconds)
+    if plan.idle_recheck is not None and status.phase == "Ready":
+        delays.append(plan.idle_recheck)
+    return min(delays) if delays else None

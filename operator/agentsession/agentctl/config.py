@@ -1,16 +1,20 @@
-"""Command line and settings of agentctl."""
+"""Settings and resolved configuration of agentctl."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings
 
 from agentsession.agentctl_api import AGENTCTL_PORT, TOKEN_ENV
+from agentsession.settings import LogFormat, LogLevel, load, settings_config
 
 DEFAULT_AGENT_COMMAND = "agentsession-demo-agent"
 
@@ -22,8 +26,8 @@ def _default_agent_command() -> tuple[str, ...]:
 
 MAX_BODY_BYTES = 1024 * 1024
 
-# agentctl's own settings: the bearer token and anything named like it. The processes agentctl starts (the agent,
-# the workspace shell) run code agentctl does not control and must not be able to act as agentctl's clients.
+# agentctl's own settings, the bearer token among them, are its AGENTCTL_* variables. The processes agentctl
+# starts (the agent, the workspace shell) run code agentctl does not control and must not act as its clients.
 AGENTCTL_ENV_PREFIX = "AGENTCTL_"
 
 
@@ -65,35 +69,55 @@ class Config:
         return self.state_dir / "state.json"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentctl", description="Control plane sidecar for one ACP agent.")
-    p.add_argument("--host", default="0.0.0.0", help="address to bind (default: all interfaces, for a pod)")
-    p.add_argument("--port", type=int, default=AGENTCTL_PORT)
-    p.add_argument("--workdir", type=Path, default=Path.cwd(), help="the workspace; the journal lives here")
-    p.add_argument("--state-dir", type=Path, default=None, help="default: WORKDIR/.agentctl")
-    transport = p.add_mutually_exclusive_group()
-    transport.add_argument(
-        "--agent-command",
+class AgentctlSettings(BaseSettings):
+    """Control plane sidecar for one ACP agent."""
+
+    model_config = settings_config("agentctl", AGENTCTL_ENV_PREFIX)
+
+    host: str = Field(default="0.0.0.0", description="Address to listen on (all interfaces, for a pod).")
+    port: int = Field(default=AGENTCTL_PORT, ge=1, le=65535, description="Port to listen on.")
+    workdir: Path = Field(default=Path("."), description="The workspace: the agent's working directory.")
+    state_dir: Path | None = Field(
+        default=None, description="Where the journal and session state live; unset: WORKDIR/.agentctl."
+    )
+    agent_command: str | None = Field(
         default=None,
-        help=f"spawn this agent as a subprocess (default: {DEFAULT_AGENT_COMMAND!r})",
+        description="Spawn this agent as a subprocess, a shell-quoted command line; "
+        f"unset: {DEFAULT_AGENT_COMMAND} from this installation.",
     )
-    transport.add_argument(
-        "--agent-fifo-dir",
-        type=Path,
+    agent_fifo_dir: Path | None = Field(
         default=None,
-        help="talk to an agent in another container through DIR/agent.in and DIR/agent.out",
+        description="Talk to an agent in another container through DIR/agent.in and DIR/agent.out "
+        "instead of spawning one.",
     )
-    p.add_argument("--token-file", type=Path, default=None, help=f"bearer token file (else ${TOKEN_ENV})")
-    p.add_argument(
-        "--no-auth", action="store_true", help="serve without a bearer token (local development only)"
+    token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token every client must send; the variable or token_file keeps it out of "
+        "the process list.",
     )
-    p.add_argument("--permission-timeout", type=float, default=300.0, help="seconds before cancelled")
-    p.add_argument("--attach-timeout", type=float, default=60.0, help="seconds /start waits for the agent")
-    p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
-    p.add_argument("--shell", default=None, help="shell command for the PTY (default: $SHELL -l or sh -l)")
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
-    p.add_argument("--log-level", default="INFO")
-    return p
+    token_file: Path | None = Field(
+        default=None, description="File holding the bearer token; wins over token."
+    )
+    auth: bool = Field(
+        default=True,
+        description="Require the bearer token; --no-auth serves without one (local development only).",
+    )
+    permission_timeout: float = Field(
+        default=300.0, description="Seconds a permission request waits for an answer before it is cancelled."
+    )
+    attach_timeout: float = Field(default=60.0, description="Seconds /start waits for the agent.")
+    max_body_bytes: int = Field(default=MAX_BODY_BYTES, description="Largest request body accepted.")
+    shell: str | None = Field(
+        default=None, description="Shell command of the terminal (PTY); unset: $SHELL -l, else bash or sh -l."
+    )
+    log_format: LogFormat = Field(default="text", description="`text` or `json` (one object per line).")
+    log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> Self:
+        if self.agent_command is not None and self.agent_fifo_dir is not None:
+            raise ValueError("agent_command and agent_fifo_dir exclude each other: the agent runs one way")
+        return self
 
 
 def _default_shell() -> tuple[str, ...]:
@@ -101,47 +125,47 @@ def _default_shell() -> tuple[str, ...]:
     return (shell, "-l")
 
 
-def _read_token(args: argparse.Namespace, env: dict[str, str]) -> str | None:
-    if args.token_file is not None:
+def _read_token(settings: AgentctlSettings) -> str | None:
+    if settings.token_file is not None:
         try:
-            token: str = args.token_file.read_text(encoding="utf-8").strip()
+            token = settings.token_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigError(f"cannot read --token-file {args.token_file}: {exc.strerror}") from exc
+            raise ConfigError(f"cannot read --token-file {settings.token_file}: {exc.strerror}") from exc
     else:
-        token = str(env.get(TOKEN_ENV, "")).strip()
+        token = settings.token.get_secret_value().strip() if settings.token else ""
     if token:
         return token
-    if args.no_auth:
+    if not settings.auth:
         return None
     raise ConfigError(f"no bearer token: set ${TOKEN_ENV} or --token-file (or pass --no-auth for local use)")
 
 
-def parse_config(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Config:
-    args = _parser().parse_args(argv)
-    env = dict(os.environ) if env is None else env
-    workdir = args.workdir.resolve()
+def parse_config(argv: Sequence[str] | None = None) -> Config:
+    """agentctl's configuration from its flags and `AGENTCTL_*` variables; a bad setting exits with status 2."""
+    settings = load(AgentctlSettings, argv)
+    workdir = settings.workdir.resolve()
     if not workdir.is_dir():
         raise ConfigError(f"--workdir {workdir} is not a directory")
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"--port {args.port} is out of range")
     agent_command = (
-        tuple(shlex.split(args.agent_command)) if args.agent_command is not None else _default_agent_command()
+        tuple(shlex.split(settings.agent_command))
+        if settings.agent_command is not None
+        else _default_agent_command()
     )
-    if args.agent_fifo_dir is None and not agent_command:
+    if settings.agent_fifo_dir is None and not agent_command:
         raise ConfigError("--agent-command is empty")
     return Config(
-        host=args.host,
-        port=args.port,
+        host=settings.host,
+        port=settings.port,
         workdir=workdir,
-        state_dir=(args.state_dir or workdir / ".agentctl").resolve(),
+        state_dir=(settings.state_dir or workdir / ".agentctl").resolve(),
         agent_command=agent_command,
-        agent_fifo_dir=args.agent_fifo_dir.resolve() if args.agent_fifo_dir else None,
-        token=_read_token(args, env),
-        permission_timeout=max(0.1, args.permission_timeout),
-        attach_timeout=max(0.1, args.attach_timeout),
-        max_body_bytes=max(1024, args.max_body_bytes),
-        shell_command=tuple(shlex.split(args.shell)) if args.shell else _default_shell(),
-        log_format=args.log_format,
-        log_level=args.log_level.upper(),
-        child_env=child_environment(env),
+        agent_fifo_dir=settings.agent_fifo_dir.resolve() if settings.agent_fifo_dir else None,
+        token=_read_token(settings),
+        permission_timeout=max(0.1, settings.permission_timeout),
+        attach_timeout=max(0.1, settings.attach_timeout),
+        max_body_bytes=max(1024, settings.max_body_bytes),
+        shell_command=tuple(shlex.split(settings.shell)) if settings.shell else _default_shell(),
+        log_format=settings.log_format,
+        log_level=settings.log_level,
+        child_env=child_environment(os.environ),
     )

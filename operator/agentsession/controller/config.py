@@ -1,4 +1,5 @@
-"""Operator settings, read from `AGENTSESSION_*` environment variables (the Helm chart sets them)."""
+"""Operator settings: `--flag` or `AGENTSESSION_*` environment variable (see `agentsession.settings`); the chart
+sets the variables."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
 
 from agentsession.agentctl_api import AGENTCTL_PORT
 from agentsession.api.models import CABundleSource
+from agentsession.settings import LogFormat, LogLevel, StrList, settings_config
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -48,8 +50,8 @@ class AgentProfile(_Settings):
 
 
 class Resources(BaseModel):
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, str] = Field(default_factory=dict, description="Resource name to quantity.")
+    limits: dict[str, str] = Field(default_factory=dict, description="Resource name to quantity.")
 
 
 def _codex_provider(key: str, value: str) -> list[str]:
@@ -103,31 +105,38 @@ def _default_profiles() -> dict[str, AgentProfile]:
 
 
 class OperatorConfig(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AGENTSESSION_", env_nested_delimiter="__")
+    """Runs AgentSessions as pods."""
 
-    namespaces: list[str] = Field(
+    model_config = settings_config("agentsession-operator", "AGENTSESSION_", env_nested_delimiter="__")
+
+    namespaces: StrList = Field(
         default_factory=list,
         description="Namespaces (or glob patterns) to watch; empty means the whole cluster.",
     )
     image: str = Field(
         default="agentsession:dev", description="The project image: agentctl and the demo agent."
     )
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    agentctl_port: int = Field(default=AGENTCTL_PORT, ge=1, le=65535)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent",
+        description="Pull policy of the session pod's images, unless the session sets the agent's.",
+    )
+    agentctl_port: int = Field(
+        default=AGENTCTL_PORT, ge=1, le=65535, description="Port agentctl serves on in each session pod."
+    )
     agent_profiles: dict[str, AgentProfile] = Field(
         default_factory=_default_profiles,
         description="Per agent type, fields that replace the built-in profile's (e.g. only `image`); "
         "a type with no built-in profile must give at least `command`.",
     )
     agentctl_resources: Resources = Field(
-        default_factory=lambda: Resources(
+        default=Resources(
             requests={"cpu": "50m", "memory": "64Mi"}, limits={"cpu": "500m", "memory": "256Mi"}
-        )
+        ),
+        description="Requests and limits of agentctl and of the clone container, unless the session sets them.",
     )
     agent_resources: Resources = Field(
-        default_factory=lambda: Resources(
-            requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "2", "memory": "2Gi"}
-        )
+        default=Resources(requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "2", "memory": "2Gi"}),
+        description="Requests and limits of the agent container, unless the session sets them.",
     )
     git_image: str = Field(
         default="alpine/git:2.47.2", description="Image of the init container that clones."
@@ -137,18 +146,36 @@ class OperatorConfig(BaseSettings):
         description="A ConfigMap (in each session's namespace) of CA certificates every agent trusts, "
         "unless the session names its own.",
     )
-    run_as_user: int = Field(default=65532, ge=1)
-    start_timeout_seconds: float = Field(default=60.0, gt=0)
-    start_retry_seconds: float = Field(default=5.0, gt=0)
+    run_as_user: int = Field(
+        default=65532, ge=1, description="User and group id of the session pod's containers and volumes."
+    )
+    start_timeout_seconds: float = Field(
+        default=60.0, gt=0, description="Seconds each request to agentctl may take."
+    )
+    start_retry_seconds: float = Field(
+        default=5.0, gt=0, description="Seconds before an agent start that failed is tried again."
+    )
     agentctl_host_override: str | None = Field(
         default=None,
         description="Reach every agentctl at this host instead of the pod IP (for local testing).",
     )
-    metrics_port: int = Field(default=8080, ge=0, le=65535, description="0 disables the metrics server.")
-    metrics_host: str = "0.0.0.0"
-    watch_stall_seconds: float = Field(default=120.0, gt=0)
-    log_format: Literal["text", "json"] = "text"
-    log_level: str = "INFO"
+    metrics_port: int = Field(
+        default=8080, ge=0, le=65535, description="Port of the Prometheus `/metrics` endpoint; 0 disables it."
+    )
+    metrics_host: str = Field(default="0.0.0.0", description="Address of the metrics server.")
+    liveness_port: int = Field(
+        default=8081, ge=0, le=65535, description="Port of the liveness endpoint `/healthz`; 0 disables it."
+    )
+    liveness_host: str = Field(default="0.0.0.0", description="Address of the liveness endpoint.")
+    watch_stall_seconds: float = Field(
+        default=120.0, gt=0, description="Liveness fails when the watch has missed changes this long."
+    )
+    log_format: LogFormat = Field(default="text", description="`text` or `json` (one object per line).")
+    log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
+    verbose: bool = Field(
+        default=False,
+        description="Log at DEBUG, kopf's report of every handler included; wins over log_level.",
+    )
 
     @field_validator("agent_profiles", mode="before")
     @classmethod

@@ -1,9 +1,9 @@
-"""`agentsession-operator`: runs the kopf operator with settings from AGENTSESSION_* variables."""
+"""`agentsession-operator`: runs the kopf operator with `OperatorConfig`'s settings."""
 
 from __future__ import annotations
 
-import argparse
 import logging
+from collections.abc import Sequence
 
 import kopf
 
@@ -12,28 +12,21 @@ from agentsession.controller import (
     namespace_listing,
 )
 from agentsession.controller.config import OperatorConfig
+from agentsession.settings import load
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="agentsession-operator",
-        description="Runs AgentSessions as pods. Settings come from AGENTSESSION_* environment variables.",
-    )
-    parser.add_argument("--liveness-port", type=int, default=8081, help="port of /healthz (0 turns it off)")
-    parser.add_argument("--liveness-host", default="0.0.0.0")
-    parser.add_argument("--verbose", action="store_true", help="debug logging")
-    args = parser.parse_args(argv)
-
-    config = OperatorConfig()
-    kopf.configure(
-        verbose=args.verbose,
-        log_format=kopf.LogFormat.JSON if config.log_format == "json" else kopf.LogFormat.FULL,
-    )
-    if not args.verbose:
+def main(argv: Sequence[str] | None = None) -> None:
+    config = load(OperatorConfig, argv)
+    kopf.configure(log_format=kopf.LogFormat.JSON if config.log_format == "json" else kopf.LogFormat.FULL)
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if config.verbose else config.log_level)
+    if root.level > logging.DEBUG:
         # kopf reports every handler success at INFO; the reconciler's own logs and Events say what matters.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, root.level))
     namespace_listing.install()
-    liveness = f"http://{args.liveness_host}:{args.liveness_port}/healthz" if args.liveness_port else None
+    liveness = (
+        f"http://{config.liveness_host}:{config.liveness_port}/healthz" if config.liveness_port else None
+    )
     kopf.run(
         clusterwide=not config.namespaces,
         namespaces=config.namespaces,

@@ -24,6 +24,7 @@ from agentsession.gateway.events import (
 from agentsession.gateway.lifecycle_dialect import LifecycleCodec
 from agentsession.gateway.status import AGENT_INFO_FIELDS, LiveState, agent_info, derive_status
 from agentsession.gateway.task_dialect import TaskCodec
+from agentsession.kube.views import SessionView
 
 
 def session(
@@ -32,8 +33,9 @@ def session(
 ) -> dict[str, Any]:  # fmt: skip
     conditions = [
         {"type": "Ready", "status": "True" if ready else "False", "reason": "Ready" if ready else "Starting",
-         "message": "agentctl keeps crashing" if phase == "Failed" else ""},
-        {"type": "AgentInitialized", "status": "True" if ready else "False", "reason": init_reason, "message": "boom"},
+         "message": "agentctl keeps crashing" if phase == "Failed" else "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "AgentInitialized", "status": "True" if ready else "False", "reason": init_reason, "message": "boom",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"},
     ]  # fmt: skip
     meta: dict[str, Any] = {"namespace": "ns", "name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}
     if deleting:
@@ -66,7 +68,7 @@ def session(
     ],
 )
 def test_derived_status(obj: dict[str, Any], live: LiveState | None, expected: str) -> None:
-    status, error = derive_status(obj, live)
+    status, error = derive_status(SessionView(obj), live)
     assert status == expected
     assert (error is not None) == (expected == "failed")
 

@@ -118,7 +118,8 @@ def operator_process(kubeconfig: str, log: Path, **settings: str) -> Iterator[Op
 def _warm_up(kubeconfig: str, patterns: list[str], proc: subprocess.Popen[bytes], log: Path) -> None:
     """Waits until the operator serves a namespace created right after its start.
 
-    That is the moment kopf alone would miss (see `namespace_listing`), and tests begin on a serving operator.
+    That is the moment a namespace observer that skips its own listings would miss (the operator serves patterns
+    through a filtered cluster-wide watch instead), and tests begin on a serving operator.
     """
     from kubernetes import client, config
 

@@ -12,12 +12,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from agentsession.agentctl_client import http_connector
 from agentsession.api.constants import GROUP, LABEL_SESSION, PLURAL, VERSION
-from agentsession.controller.agentctl_client import AgentctlClient
+from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.reconciler import Reconciler
 from agentsession.controller.watch_health import WatchHealth
@@ -25,8 +27,17 @@ from agentsession.controller.work_queue import WorkQueue
 from agentsession.kube.client import Kube, connect
 from agentsession.kube.resources import AGENT_SESSIONS
 
-SESSIONS: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL}
-SESSION_PODS: dict[str, Any] = {"labels": {LABEL_SESSION: kopf.PRESENT}}
+
+def _served(namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
+    """Namespace patterns are served by a cluster-wide watch filtered here, not by kopf's namespace observer:
+    that observer skips the namespaces it lists when its watch (re)starts, so a namespace created at that
+    moment would never be served."""
+    config: OperatorConfig = memo["config"]
+    return config.watches_fixed_namespaces or _watched(namespace or "", config.namespaces)
+
+
+SESSIONS: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL, "when": _served}
+SESSION_PODS: dict[str, Any] = {"labels": {LABEL_SESSION: kopf.PRESENT}, "when": _served}
 FINALIZER = f"{GROUP}/finalizer"
 log = logging.getLogger(__name__)
 
@@ -35,7 +46,7 @@ log = logging.getLogger(__name__)
 class OperatorState:
     config: OperatorConfig
     kube: Kube
-    agentctl: AgentctlClient
+    http: aiohttp.ClientSession
     queue: WorkQueue
     watch_health: WatchHealth
     metrics_runner: web.AppRunner | None
@@ -90,10 +101,15 @@ def pods_by_name(namespace: str | None, name: str, body: kopf.Body, **_: Any) ->
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     # kopf passes every index to every handler by its name; the reconciler reads pods from this one.
     pods: kopf.Index[tuple[str, str], Any] = kwargs["pods_by_name"]
-    config: OperatorConfig = memo.get("config") or OperatorConfig()
+    config: OperatorConfig = memo["config"]
     configure_settings(settings, config)
     kube = await connect()
-    agentctl = AgentctlClient(config.start_timeout_seconds)
+    http = aiohttp.ClientSession()
+
+    def observe_call(call: str, outcome: str, seconds: float) -> None:
+        metrics.AGENTCTL_CALL_SECONDS.labels(call=call, outcome=outcome).observe(seconds)
+
+    agentctl = http_connector(http, timeout=config.start_timeout_seconds, on_call=observe_call)
 
     def pod_lookup(namespace: str, name: str) -> dict[str, Any] | None:
         found = pods.get((namespace, name))
@@ -103,7 +119,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     memo["state"] = OperatorState(
         config=config,
         kube=kube,
-        agentctl=agentctl,
+        http=http,
         queue=WorkQueue(reconciler.reconcile),
         watch_health=WatchHealth(config.watch_stall_seconds),
         metrics_runner=await _serve_metrics(config),
@@ -114,7 +130,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
 async def stop(memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
     await state.queue.shutdown()
-    await state.agentctl.close()
+    await state.http.close()
     await state.kube.close()
     if state.metrics_runner is not None:
         await state.metrics_runner.cleanup()

@@ -7,10 +7,7 @@ from collections.abc import Sequence
 
 import kopf
 
-from agentsession.controller import (
-    handlers,  # noqa: F401  (importing registers the handlers)
-    namespace_listing,
-)
+from agentsession.controller import handlers  # noqa: F401  (importing registers the handlers)
 from agentsession.controller.config import OperatorConfig
 from agentsession.settings import load
 
@@ -23,13 +20,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if root.level > logging.DEBUG:
         # kopf reports every handler success at INFO; the reconciler's own logs and Events say what matters.
         logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, root.level))
-    namespace_listing.install()
     liveness = (
         f"http://{config.liveness_host}:{config.liveness_port}/healthz" if config.liveness_port else None
     )
     kopf.run(
-        clusterwide=not config.namespaces,
-        namespaces=config.namespaces,
+        # Named namespaces are watched one by one (namespace-scoped RBAC suffices); patterns are served by a
+        # cluster-wide watch that the handlers filter (see handlers._served).
+        clusterwide=not config.watches_fixed_namespaces,
+        namespaces=config.namespaces if config.watches_fixed_namespaces else [],
         standalone=True,
         liveness_endpoint=liveness,
         memo=kopf.Memo(config=config),

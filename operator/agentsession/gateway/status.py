@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentsession.api.models import ConditionType
+from agentsession.kube.views import SessionView
+
 AgentStatus = Literal["uninitialized", "initializing", "ready", "processing", "completed", "failed", "killed"]
 Manifest = dict[str, Any]
 
@@ -40,40 +43,29 @@ def agent_id(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
-def condition(session: Manifest, kind: str) -> Manifest | None:
-    conditions = (session.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == kind), None)
-
-
-def condition_true(session: Manifest, kind: str) -> bool:
-    found = condition(session, kind)
-    return found is not None and found.get("status") == "True"
+def condition_true(session: Manifest, kind: ConditionType) -> bool:
+    return SessionView(session).condition_true(kind)
 
 
 def is_suspended(session: Manifest) -> bool:
-    return bool((session.get("spec") or {}).get("suspend"))
+    return SessionView(session).suspended
 
 
-def _acp(session: Manifest) -> Manifest:
-    return (session.get("status") or {}).get("acp") or {}
-
-
-def derive_status(session: Manifest, live: LiveState | None) -> tuple[AgentStatus, str | None]:
+def derive_status(session: SessionView, live: LiveState | None) -> tuple[AgentStatus, str | None]:
     """The lifecycle status and, for `failed`, the reason a person can act on."""
-    meta = session.get("metadata") or {}
-    status = session.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("phase") == "Terminating":
+    status = session.status
+    if session.deleting or status.phase == "Terminating":
         return "killed", None
-    if is_suspended(session):
+    if session.suspended:
         # A session that ran before keeps its history and can be resumed; one that never ran is untouched.
-        return ("completed" if _acp(session).get("sessionId") else "uninitialized"), None
-    if status.get("phase") == "Failed":
-        ready = condition(session, "Ready") or {}
-        return "failed", ready.get("message") or ready.get("reason") or "the agent's pod failed"
-    initialized = condition(session, "AgentInitialized") or {}
-    if initialized.get("reason") == "InitializeFailed":
-        return "failed", initialized.get("message") or "ACP initialization failed"
-    if not condition_true(session, "Ready"):
+        return ("completed" if status.acp and status.acp.sessionId else "uninitialized"), None
+    if status.phase == "Failed":
+        ready = session.condition("Ready")
+        return "failed", (ready.message or ready.reason if ready else None) or "the agent's pod failed"
+    initialized = session.condition("AgentInitialized")
+    if initialized is not None and initialized.reason == "InitializeFailed":
+        return "failed", initialized.message or "ACP initialization failed"
+    if not session.condition_true("Ready"):
         return "initializing", None
     if live is not None:
         if live.agent_state == "error":
@@ -85,24 +77,27 @@ def derive_status(session: Manifest, live: LiveState | None) -> tuple[AgentStatu
     return "ready", None
 
 
-def agent_info(session: Manifest, live: LiveState | None) -> dict[str, Any]:
+def agent_info(body: Manifest, live: LiveState | None) -> dict[str, Any]:
     """AgentInfo with exactly the fields of the lifecycle protocol, in its order."""
-    meta = session.get("metadata") or {}
-    spec = session.get("spec") or {}
-    acp = _acp(session)
+    session = SessionView(body)
+    spec = session.spec
+    acp = session.status.acp
     status, error = derive_status(session, live)
-    modes = acp.get("availableModes")
-    mode = (live.current_mode_id if live and live.current_mode_id else None) or acp.get("currentModeId")
+    mode = (live.current_mode_id if live and live.current_mode_id else None) or (
+        acp.currentModeId if acp else None
+    )
     workspace = spec.get("workspace") or {}
     return {
-        "id": agent_id(meta.get("namespace", ""), meta.get("name", "")),
+        "id": agent_id(session.namespace, session.name),
         "status": status,
-        "createdAt": meta.get("creationTimestamp"),
+        "createdAt": session.created_at,
         "type": (spec.get("agent") or {}).get("type", "demo"),
-        "sessionId": acp.get("sessionId"),
+        "sessionId": acp.sessionId if acp else None,
         "error": error,
         "currentModeId": mode,
-        "availableModes": list(modes) if modes else [],
-        "title": spec.get("title") or meta.get("name"),
+        "availableModes": [m.model_dump(mode="json", exclude_none=True) for m in acp.availableModes or []]
+        if acp
+        else [],
+        "title": spec.get("title") or session.name,
         "cwd": spec.get("cwd") or workspace.get("mountPath") or "/workspace",
     }

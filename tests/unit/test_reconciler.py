@@ -1,0 +1,479 @@
+"""The reconciler against the in-memory API server and agentctl: the scenarios the cluster tier proves on real
+parts (creation, readiness, suspend, resume, pod loss, agentctl restart, idle, deadlines, refused children),
+each a few reconciles in milliseconds. The kubelet's part is played by `Kubelet` below."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agentsession.agentctl_client import AgentctlError
+from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector
+from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
+from agentsession.controller.config import OperatorConfig
+from agentsession.controller.decisions import CreateChild, DeletePod, Observed, StartAcp, Suspend, decide
+from agentsession.controller.reconciler import Reconciler
+from agentsession.kube.fake import FakeKube
+from agentsession.kube.resources import AGENT_SESSIONS
+from agentsession.kube.views import SessionView
+
+NS, NAME, POD = "team", "s1", "s1-agent"
+POD_IP = "10.0.0.7"
+ENDPOINT = f"http://{POD_IP}:9999"
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class Kubelet:
+    """Plays the node: moves the session's pod through the states the real kubelet reports."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        self.kube = kube
+
+    def pod(self) -> dict[str, Any]:
+        found = self.kube.find("Pod", NS, POD)
+        assert found is not None, "no pod"
+        return found
+
+    def run(self, *, agentctl_ready: bool = True, restarts: int = 0) -> None:
+        pod = self.pod()
+        started = "2026-01-01T12:00:01Z"
+        pod["spec"]["nodeName"] = "node-1"
+        pod["status"] = {
+            "phase": "Running",
+            "podIP": POD_IP,
+            "startTime": started,
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "initContainerStatuses": [
+                {
+                    "name": "agentctl",
+                    "restartCount": restarts,
+                    "started": True,
+                    "ready": agentctl_ready,
+                    "state": {"running": {"startedAt": started}},
+                }
+            ],
+            "containerStatuses": [
+                {
+                    "name": "agent",
+                    "restartCount": 0,
+                    "ready": True,
+                    "state": {"running": {"startedAt": started}},
+                }
+            ],
+        }
+        self.kube.put(pod)
+
+    def fail(self, reason: str) -> None:
+        pod = self.pod()
+        pod["status"] = {
+            **pod.get("status", {}),
+            "phase": "Failed",
+            "reason": reason,
+            "message": f"pod {reason}",
+        }
+        self.kube.put(pod)
+
+    def lose_pod(self) -> None:
+        self.kube.remove("Pod", NS, POD)
+
+
+class World:
+    def __init__(self, **config: Any) -> None:
+        self.kube = FakeKube()
+        self.agentctls = FakeAgentctlConnector()
+        self.clock = Clock()
+        self.kubelet = Kubelet(self.kube)
+        self.config = OperatorConfig(image="agentsession:test", **config)
+        self.reconciler = Reconciler(
+            self.config,
+            self.kube,
+            self.agentctls,
+            lambda namespace, name: self.kube.find("Pod", namespace, name),
+            clock=self.clock,
+            new_token=lambda: "token-1",
+        )
+
+    @property
+    def agentctl(self) -> FakeAgentctl:
+        return self.agentctls.agent(ENDPOINT)
+
+    async def apply(self, **spec: Any) -> None:
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"agent": {"type": "demo"}, **spec},
+        }
+        await self.kube.create(body)
+        self.kube.calls.clear()
+
+    async def patch_spec(self, **spec: Any) -> None:
+        await self.kube.patch(AGENT_SESSIONS, NS, NAME, {"spec": spec})
+
+    async def reconcile(self) -> float | None:
+        return await self.reconciler.reconcile(NS, NAME)
+
+    def session(self) -> dict[str, Any]:
+        found = self.kube.find(KIND, NS, NAME)
+        assert found is not None
+        return found
+
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = self.session().get("status") or {}
+        return status
+
+    def reasons(self) -> dict[str, str]:
+        return {c["type"]: c["reason"] for c in self.status()["conditions"]}
+
+    def events(self) -> list[tuple[str, str]]:
+        return [(e["type"], e["reason"]) for e in self.kube.of_kind("Event")]
+
+    def event_reasons(self) -> list[str]:
+        return [reason for _, reason in self.events()]
+
+    def forget_events(self) -> None:
+        for event in self.kube.of_kind("Event"):
+            self.kube.remove("Event", NS, event["metadata"]["name"])
+        self.kube.calls.clear()
+        self.agentctl.calls.clear()
+
+    async def until_ready(self, **spec: Any) -> None:
+        await self.apply(**spec)
+        await self.reconcile()
+        self.kubelet.run()
+        await self.reconcile()
+        assert self.status()["phase"] == "Ready", self.reasons()
+        self.forget_events()
+
+
+async def test_creation_makes_token_pod_and_a_pending_status() -> None:
+    world = World()
+    await world.apply(prompt="hello")
+    assert await world.reconcile() is None
+    secret = world.kube.find("Secret", NS, "s1-agentctl-token")
+    assert secret is not None
+    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == "token-1"
+    pod = world.kubelet.pod()
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == world.session()["metadata"]["uid"]
+    assert world.status()["phase"] == "Pending"
+    assert world.status()["podsCreated"] == 1
+    assert world.reasons()["PodScheduled"] == "Pending"
+    assert ("Normal", "PodCreated") in world.events()
+    assert world.kube.verbs()[:4] == [
+        f"get AgentSession {NAME}",
+        "get Secret s1-agentctl-token",
+        "create Secret s1-agentctl-token",
+        f"create Pod {POD}",
+    ]
+
+
+async def test_ready_agentctl_starts_acp_with_the_prompt_once() -> None:
+    world = World()
+    await world.apply(prompt="hello", mode="code")
+    await world.reconcile()
+    world.kubelet.run()
+    await world.reconcile()
+    status = world.status()
+    assert status["phase"] == "Ready"
+    assert world.reasons() == {
+        "PodScheduled": "Scheduled",
+        "AgentctlReady": "ProbeSucceeded",
+        "AgentInitialized": "Initialized",
+        "Suspended": "Active",
+        "Ready": "Ready",
+    }
+    assert status["acp"]["sessionId"] == world.agentctl.session_id
+    assert status["acp"]["podUID"] == world.kubelet.pod()["metadata"]["uid"]
+    assert world.agentctl.current_mode_id == "code"
+    assert world.agentctls.connections == [(ENDPOINT, "token-1")]
+    starts = [args for call, args in world.agentctl.calls if call == "start"]
+    assert len(starts) == 1
+    assert starts[0][0].prompt == "hello"
+    assert {"ProbeSucceeded", "Initialized", "Ready"} <= set(world.event_reasons())
+
+
+async def test_a_second_reconcile_of_a_ready_session_does_nothing() -> None:
+    world = World()
+    await world.until_ready(prompt="hello")
+    await world.reconcile()
+    assert [v for v in world.kube.verbs() if not v.startswith(("get", "list"))] == []
+    assert [call for call, _ in world.agentctl.calls if call == "start"] == []
+
+
+async def test_suspend_deletes_exactly_the_observed_pod() -> None:
+    world = World()
+    await world.until_ready()
+    uid = world.kubelet.pod()["metadata"]["uid"]
+    await world.patch_spec(suspend=True)
+    await world.reconcile()
+    assert world.kube.find("Pod", NS, POD) is None
+    assert f"delete Pod {POD}" in world.kube.verbs()
+    assert ("Normal", "Suspending") in world.events()
+    assert world.status()["phase"] == "Suspended"
+    assert world.reasons()["Suspended"] == "Suspended"
+    assert uid
+
+
+async def test_resume_loads_the_session_and_never_repeats_the_prompt() -> None:
+    world = World()
+    await world.until_ready(prompt="hello")
+    first = world.status()["acp"]["sessionId"]
+    await world.patch_spec(suspend=True)
+    await world.reconcile()
+    await world.patch_spec(suspend=False)
+    await world.reconcile()
+    assert world.status()["podsCreated"] == 2
+    world.agentctl.restart()  # a new pod runs a new agentctl
+    world.kubelet.run()
+    await world.reconcile()
+    start = [args[0] for call, args in world.agentctl.calls if call == "start"][-1]
+    assert (start.session_id, start.prompt) == (first, None)
+    assert world.status()["phase"] == "Ready"
+    assert world.status()["acp"]["sessionId"] == first
+
+
+async def test_a_lost_pod_is_recreated_with_a_warning() -> None:
+    world = World()
+    await world.until_ready()
+    world.kubelet.lose_pod()
+    await world.reconcile()
+    assert world.kube.find("Pod", NS, POD) is not None
+    assert ("Warning", "PodDeleted") in world.events()
+    assert world.status()["podsCreated"] == 2
+
+
+async def test_an_agentctl_restart_resumes_the_acp_session() -> None:
+    world = World()
+    await world.until_ready(prompt="hello")
+    session_id = world.status()["acp"]["sessionId"]
+    world.agentctl.restart()
+    world.kubelet.run(restarts=1)
+    await world.reconcile()
+    start = [args[0] for call, args in world.agentctl.calls if call == "start"][-1]
+    assert (start.session_id, start.prompt) == (session_id, None)
+    assert world.status()["acp"]["agentctlRestartCount"] == 1
+    assert world.status()["phase"] == "Ready"
+    # It passed through AgentctlRestarted only within this reconcile: no flapping Events.
+    assert "AgentctlRestarted" not in world.event_reasons()
+
+
+async def test_a_failed_start_is_retried_after_the_configured_delay() -> None:
+    world = World(start_retry_seconds=7.0)
+    await world.apply()
+    await world.reconcile()
+    world.kubelet.run()
+    world.agentctl.fail_next(AgentctlError("start", ENDPOINT, "agent did not answer", status=504))
+    assert await world.reconcile() == 7.0
+    assert world.reasons()["AgentInitialized"] == "InitializeFailed"
+    assert "agent did not answer" in world.status()["acp"]["lastError"]
+    assert await world.reconcile() is None
+    assert world.status()["phase"] == "Ready"
+
+
+async def test_idle_sessions_are_suspended_and_busy_ones_spared() -> None:
+    world = World()
+    await world.until_ready(lifecycle={"idleTimeout": "60s"})
+    world.clock.now = datetime.now(UTC)
+    world.agentctl.last_activity_at = world.clock.now - timedelta(seconds=20)
+    assert await world.reconcile() == pytest.approx(40, abs=1)
+    world.agentctl.turn_running = True
+    world.agentctl.last_activity_at = world.clock.now - timedelta(seconds=600)
+    assert await world.reconcile() == 60
+    assert world.session()["spec"].get("suspend") is not True
+    world.agentctl.turn_running = False
+    await world.reconcile()
+    assert world.session()["spec"]["suspend"] is True
+    assert ("Normal", "IdleTimeout") in world.events()
+
+
+async def test_an_unreachable_agentctl_postpones_the_idle_check() -> None:
+    world = World()
+    await world.until_ready(lifecycle={"idleTimeout": "10m"})
+    world.agentctl.fail_next(AgentctlError("status", ENDPOINT, "connection refused"), call="status")
+    assert await world.reconcile() == 30.0
+    assert world.session()["spec"].get("suspend") is not True
+
+
+async def test_max_duration_suspends_for_good() -> None:
+    world = World()
+    await world.until_ready(lifecycle={"maxDuration": "1h"})
+    world.kubelet.fail("DeadlineExceeded")
+    await world.reconcile()
+    assert world.session()["spec"]["suspend"] is True
+    assert ("Normal", "MaxDurationReached") in world.events()
+    assert world.status()["phase"] == "Failed"
+    assert world.reasons()["Ready"] == "DeadlineExceeded"
+
+
+async def test_a_failed_pod_is_replaced_unless_restart_policy_is_never() -> None:
+    world = World()
+    await world.until_ready()
+    world.kubelet.fail("Evicted")
+    await world.reconcile()
+    assert ("Normal", "ReplacingFailedPod") in world.events()
+    assert world.kube.find("Pod", NS, POD) is None
+
+    never = World()
+    await never.until_ready(lifecycle={"restartPolicy": "Never"})
+    never.kubelet.fail("Evicted")
+    await never.reconcile()
+    assert never.kube.find("Pod", NS, POD) is not None
+    assert never.status()["phase"] == "Failed"
+
+
+async def test_a_pod_template_change_replaces_the_pod() -> None:
+    world = World()
+    await world.until_ready()
+    await world.patch_spec(podTemplate={"labels": {"team": "blue"}})
+    await world.reconcile()
+    assert ("Normal", "PodSpecChanged") in world.events()
+    await world.reconcile()
+    assert world.kubelet.pod()["metadata"]["labels"]["team"] == "blue"
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "reason", "phase"),
+    [
+        (422, 'Pod "s1-agent" is invalid: spec.containers[0].image: Required value', "PodRejected", "Failed"),
+        (
+            403,
+            'pods "s1-agent" is forbidden: violates PodSecurity "restricted:latest"',
+            "Forbidden",
+            "Failed",
+        ),
+        (
+            403,
+            'pods "s1-agent" is forbidden: exceeded quota: q, requested: cpu=2',
+            "QuotaExceeded",
+            "Pending",
+        ),
+    ],
+)
+async def test_a_refused_pod_is_a_status_an_event_and_a_bounded_retry(
+    status: int, message: str, reason: str, phase: str
+) -> None:
+    world = World()
+    await world.apply()
+    world.kube.refuse("create", "Pod", status, message, times=2)
+    assert await world.reconcile() == 5.0
+    assert world.status()["phase"] == phase
+    assert world.reasons()["Ready"] == reason
+    ready = next(c for c in world.status()["conditions"] if c["type"] == "Ready")
+    assert message in ready["message"]
+    assert ("Warning", reason) in world.events()
+    world.clock.advance(60)
+    assert await world.reconcile() == 60.0, "the retry backs off as the refusal lasts"
+    world.clock.advance(60)
+    await world.reconcile()
+    assert world.kube.find("Pod", NS, POD) is not None
+    assert world.status()["phase"] == "Pending"
+
+
+async def test_a_refused_workspace_claim_stops_before_the_pod() -> None:
+    world = World()
+    await world.apply(workspace={"size": "1Gi"})
+    world.kube.refuse(
+        "create", "PersistentVolumeClaim", 422, "spec.resources.requests.storage: Invalid value"
+    )
+    await world.reconcile()
+    assert world.reasons()["Ready"] == "WorkspaceRejected"
+    assert world.kube.find("Pod", NS, POD) is None
+
+
+async def test_an_outage_is_an_error_for_the_work_queue_not_a_status() -> None:
+    world = World()
+    await world.apply()
+    world.kube.refuse("create", "Pod", 503, "etcdserver: leader changed")
+    with pytest.raises(Exception, match="leader changed"):
+        await world.reconcile()
+    assert world.status() == {}
+
+
+async def test_an_unparsable_spec_names_its_field() -> None:
+    world = World()
+    await world.apply(lifecycle={"restartPolicy": "Sometimes"})
+    await world.reconcile()
+    assert world.status()["phase"] == "Failed"
+    ready = next(c for c in world.status()["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "InvalidSpec"
+    assert ready["message"].startswith("spec.lifecycle.restartPolicy:")
+    assert world.kube.find("Pod", NS, POD) is None
+
+
+async def test_a_failing_readiness_probe_is_explained_by_the_kubelets_event() -> None:
+    world = World()
+    await world.apply()
+    await world.reconcile()
+    world.kubelet.run(agentctl_ready=False)
+    pod = world.kubelet.pod()
+    await world.kube.create({
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "p.1", "namespace": NS},
+        "involvedObject": {"uid": pod["metadata"]["uid"]}, "reason": "Unhealthy", "type": "Warning",
+        "message": "Readiness probe failed: HTTP probe failed with statuscode: 503",
+        "lastTimestamp": "2026-01-01T12:00:05Z",
+    })  # fmt: skip
+    await world.reconcile()
+    assert world.reasons()["AgentctlReady"] == "ProbeFailing"
+    assert "statuscode: 503" in next(
+        c["message"] for c in world.status()["conditions"] if c["type"] == "AgentctlReady"
+    )
+
+
+async def test_a_deleted_session_creates_nothing_and_shows_terminating() -> None:
+    world = World()
+    await world.apply()
+    await world.kube.patch(AGENT_SESSIONS, NS, NAME, {"metadata": {"finalizers": ["f"]}})
+    await world.kube.delete(AGENT_SESSIONS, NS, NAME)
+    await world.reconcile()
+    assert world.status()["phase"] == "Terminating"
+    assert world.kube.of_kind("Pod") == []
+    assert world.kube.of_kind("Secret") == []
+
+
+async def test_a_session_that_is_gone_is_forgotten() -> None:
+    world = World()
+    assert await world.reconcile() is None
+    assert world.kube.verbs() == [f"get AgentSession {NAME}"]
+
+
+async def test_a_pod_of_an_older_session_of_the_same_name_is_replaced() -> None:
+    world = World()
+    await world.apply()
+    stale = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": []},
+             "metadata": {"name": POD, "namespace": NS, "ownerReferences": [{"uid": "older"}]}}  # fmt: skip
+    world.kube.put(stale)
+    await world.reconcile()
+    assert ("Normal", "StalePodReplaced") in world.events()
+    assert world.kube.find("Pod", NS, POD) is None
+
+
+def test_the_plan_lists_actions_in_order_and_starts_acp_only_when_due() -> None:
+    config = OperatorConfig(image="agentsession:test")
+    body = {
+        "metadata": {"name": NAME, "namespace": NS, "uid": "u1", "generation": 1},
+        "spec": {"prompt": "p"},
+    }
+    session = SessionView(body)
+    from agentsession.api.models import AgentSessionSpec
+
+    spec = AgentSessionSpec.model_validate(body["spec"])
+    fresh = decide(Observed(session, spec, None, None, None, T0), config, lambda: "t")
+    assert [type(a) for a in fresh.actions] == [CreateChild, CreateChild]
+    assert [a.manifest["kind"] for a in fresh.actions if isinstance(a, CreateChild)] == ["Secret", "Pod"]
+    suspended = AgentSessionSpec.model_validate({"suspend": True})
+    assert decide(Observed(session, suspended, None, None, "t", T0), config, lambda: "t").actions == ()
+    assert not any(isinstance(a, StartAcp | Suspend | DeletePod) for a in fresh.actions)

@@ -1,6 +1,7 @@
 """The contract between the operator (and gateway) and agentctl: request and response bodies of its control API.
 
-Both sides import these models, so the server and its clients cannot drift apart.
+Both sides import these models, so the server and its clients cannot drift apart; the routes that take and
+answer them are defined in `agentsession.agentctl_routes`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 AGENTCTL_PORT = 9999
 HEALTH_PATH = "/health"
-START_PATH = "/api/v1/start"
 TOKEN_ENV = "AGENTCTL_TOKEN"
 
 
@@ -116,12 +116,6 @@ class ErrorResponse(BaseModel):
 
 # --- Additions for the rest of the control API (used by the gateway and by agentctl's own handlers). ---
 
-STATUS_PATH = "/api/v1/status"
-HISTORY_PATH = "/api/v1/history"
-STREAM_PATH = "/api/v1/acp/stream"
-PROMPT_PATH = "/api/v1/acp/prompt"
-OPENAPI_PATH = "/api/v1/openapi.json"
-
 AgentState = Literal["stopped", "starting", "running", "stopping", "error"]
 EntryKind = Literal["session_update", "permission_request", "permission_resolved", "agent_error", "turn_end"]
 
@@ -162,10 +156,26 @@ class PromptResult(BaseModel):
     stop_reason: str = Field(alias="stopReason")
 
 
+class PromptAccepted(BaseModel):
+    """Answer (202) of `POST /api/v1/acp/prompt?wait=false`: the turn runs on; its updates come on the stream."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    accepted: bool
+    session_id: str | None = Field(default=None, alias="sessionId")
+
+
 class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     session_id: str | None = None
+
+
+class CancelResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    success: bool
+    turn_running: bool = Field(description="Whether the turn still runs; it ends once the agent has stopped.")
 
 
 class ModeBody(BaseModel):
@@ -173,6 +183,13 @@ class ModeBody(BaseModel):
 
     mode_id: str = Field(min_length=1, max_length=256)
     session_id: str | None = None
+
+
+class ModeResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    success: bool
+    current_mode_id: str | None
 
 
 class PermissionRespondBody(BaseModel):
@@ -189,6 +206,37 @@ class PermissionRespondBody(BaseModel):
         if (self.option_id is None) == (not self.cancelled):
             raise ValueError("give exactly one of 'option_id' or 'cancelled: true'")
         return self
+
+
+class PermissionRespondResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    success: bool
+    pending_id: str
+    outcome: dict[str, Any] = Field(
+        description="The ACP outcome sent to the agent, e.g. {'outcome': 'cancelled'}."
+    )
+
+
+class PendingPermission(BaseModel):
+    """A permission request waiting for an answer; also the notification of a `permission_request` entry."""
+
+    model_config = ConfigDict(extra="allow")
+
+    pending_id: str
+    session_id: str
+    tool_call: dict[str, Any]
+    options: list[dict[str, Any]]
+    created_at: str
+    expires_at: str
+
+
+class PermissionsResponse(BaseModel):
+    """Answer of `GET /api/v1/acp/permissions`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    pending: list[PendingPermission]
 
 
 class JournalEntry(BaseModel):
@@ -218,10 +266,13 @@ class AcpActivity(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     turn_running: bool = False
+    session_id: str | None = None
+    current_mode_id: str | None = None
 
 
 class StatusResponse(BaseModel):
-    """The part of `GET /api/v1/status` that the operator reads to tell an idle agent from a busy one."""
+    """The part of `GET /api/v1/status` its clients read: the operator tells an idle agent from a busy one, the
+    gateway the agent's live state and where the journal ends."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -229,3 +280,37 @@ class StatusResponse(BaseModel):
     acp: AcpActivity = Field(default_factory=AcpActivity)
     pending_permissions: int = 0
     last_activity_at: datetime
+    last_error: str | None = None
+    last_seq: int = 0
+    journal_id: str | None = None
+
+
+class ShellStatusResponse(BaseModel):
+    """Answer of `GET /api/v1/shell/status`; the shell starts with the first buffer or stream request."""
+
+    model_config = ConfigDict(extra="allow")
+
+    running: bool
+    pid: int | None = None
+    cwd: str
+    command: list[str]
+    buffer_bytes: int
+    clients: int
+    exit_code: int | None = None
+
+
+class ShellBufferResponse(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    buffer: str = Field(description="The last 16 KiB of the shell's output.")
+    running: bool
+
+
+class ShellFrame(BaseModel):
+    """A frame agentctl sends on `WS /api/v1/shell/stream`: output, exit, error or pong."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    data: str | None = None
+    code: int | None = None

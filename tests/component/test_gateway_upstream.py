@@ -7,7 +7,8 @@ from typing import Any
 
 import aiohttp
 
-from agentsession.gateway.upstream import AgentctlClient, JournalPosition, UpdateStream
+from agentsession.agentctl_client import AgentctlClient
+from agentsession.gateway.upstream import JournalPosition, UpdateStream
 from tests.component.conftest import TOKEN, Agentctl, launch, wait_until
 
 

@@ -2,12 +2,18 @@
 
 One bridge per agentctl. Agent messages are journaled in arrival order; the agent's process state and ACP state
 (session, modes, running turn) are kept here for `GET /api/v1/status`.
+
+Where the bridge is with its agent is one `Phase`, moved only along `TRANSITIONS`. Separate flags (a connection
+set, initialized, a session id, a turn task, a stop requested) can disagree in the races between an agent's exit,
+a stop and a new start; one phase cannot, and a request that comes at the wrong moment gets a 409 naming the move
+instead of acting on a half-torn-down attachment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -39,12 +45,14 @@ from agentsession.agentctl.session_store import SessionStore
 from agentsession.agentctl.transport import AgentTransport
 from agentsession.agentctl_api import (
     AgentIdentity,
+    AgentState,
     SessionMode,
     StartRequest,
     StartResponse,
     config_option_modes,
     mode_config_option,
 )
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +82,59 @@ REATTACH_DELAY = 0.5
 EXIT_REASON_WAIT = 5.0
 
 
+class Phase(enum.Enum):
+    STOPPED = "stopped"  # nothing attached, as asked (or not started yet)
+    ATTACHING = "attaching"  # the transport is connecting an agent
+    CONNECTED = "connected"  # pipes open; the agent has not answered initialize yet
+    UNANSWERED = "unanswered"  # pipes open; initialize failed: initialize again, or let the pipes go
+    INITIALIZED = "initialized"  # initialize answered; no ACP session yet
+    SESSION = "session"  # an ACP session is current; no turn running
+    TURN = "turn"  # a prompt turn is running
+    EXITED = "exited"  # the agent's output ended without agentctl asking; how it ended is being learned
+    FAILED = "failed"  # nothing attached: attaching failed, the agent exited, or agentctl let go of it
+    STOPPING = "stopping"  # agentctl is stopping the agent
+
+
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.STOPPED: frozenset({Phase.ATTACHING, Phase.STOPPING}),
+    Phase.FAILED: frozenset({Phase.ATTACHING, Phase.STOPPING}),
+    Phase.ATTACHING: frozenset({Phase.CONNECTED, Phase.FAILED, Phase.STOPPING}),
+    Phase.CONNECTED: frozenset(
+        {Phase.INITIALIZED, Phase.UNANSWERED, Phase.EXITED, Phase.FAILED, Phase.STOPPING}
+    ),
+    Phase.UNANSWERED: frozenset({Phase.INITIALIZED, Phase.EXITED, Phase.FAILED, Phase.STOPPING}),
+    Phase.INITIALIZED: frozenset({Phase.SESSION, Phase.EXITED, Phase.STOPPING}),
+    # SESSION -> SESSION: session/new or session/load replaces the current session.
+    Phase.SESSION: frozenset({Phase.SESSION, Phase.TURN, Phase.EXITED, Phase.STOPPING}),
+    Phase.TURN: frozenset({Phase.SESSION, Phase.EXITED, Phase.STOPPING}),
+    Phase.EXITED: frozenset({Phase.FAILED, Phase.STOPPING}),
+    Phase.STOPPING: frozenset({Phase.STOPPED}),
+}
+ATTACHED = frozenset({Phase.CONNECTED, Phase.UNANSWERED, Phase.INITIALIZED, Phase.SESSION, Phase.TURN})
+ACP_INITIALIZED = frozenset({Phase.INITIALIZED, Phase.SESSION, Phase.TURN})
+IN_SESSION = frozenset({Phase.SESSION, Phase.TURN})
+# The `state` of `GET /api/v1/status`, a contract with the operator: coarser than the phases.
+REPORTED_STATE: dict[Phase, AgentState] = {
+    Phase.STOPPED: "stopped",
+    Phase.ATTACHING: "starting",
+    Phase.CONNECTED: "starting",
+    Phase.UNANSWERED: "error",
+    Phase.INITIALIZED: "running",
+    Phase.SESSION: "running",
+    Phase.TURN: "running",
+    Phase.EXITED: "error",
+    Phase.FAILED: "error",
+    Phase.STOPPING: "stopping",
+}
+
+
+class IllegalTransition(ApiError):
+    """A move `TRANSITIONS` does not allow: a request racing an exit, a stop or another request, or a bug."""
+
+    def __init__(self, current: Phase, target: Phase) -> None:
+        super().__init__(409, "conflict", f"the agent cannot go from {current.value} to {target.value}")
+
+
 def _dump(model: Any) -> dict[str, Any]:
     out: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return out
@@ -82,6 +143,13 @@ def _dump(model: Any) -> dict[str, Any]:
 def _settle(future: asyncio.Future[str], result: str) -> None:
     if not future.done():
         future.set_result(result)
+
+
+async def _hold(turn: asyncio.Task[str]) -> None:
+    """Keeps a turn until it ends: its caller may not wait for it (?wait=false). The ApiError that cuts a turn
+    short is journaled as its end and raised to a caller that waits; it is no failure for the supervisor to log."""
+    with contextlib.suppress(ApiError):
+        await turn
 
 
 class BridgeClient:
@@ -110,7 +178,6 @@ class BridgeClient:
 
 class AcpState:
     def __init__(self) -> None:
-        self.initialized = False
         self.protocol_version: int | None = None
         self.agent_info: dict[str, Any] | None = None
         self.agent_capabilities: dict[str, Any] = {}
@@ -160,32 +227,45 @@ class AgentBridge:
         self.permissions = permissions
         self.metrics = metrics
         self.store = store
-        self.state = "stopped"
+        self._phase = Phase.STOPPED
         self.last_error: str | None = None
         self.last_error_at: str | None = None
         self.pid: int | None = None
         self.attachments = 0
         self.acp = AcpState()
+        # The connection and channel of the attachment, set in the phases of ATTACHED.
         self._conn: ClientSideConnection | None = None
         self._channel: AgentChannel | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = Supervisor("agentctl", log)
         self._op_lock = asyncio.Lock()
-        self._turn: asyncio.Task[str] | None = None
         self._replay: ReplayFilter = "off"
         self._garbage_reports = 0
         self._invalid_kinds: set[str] = set()
-        self._eof_during_turn = False
-        self._stop_requested = False
+        # What the operator asked for last, start or stop: a fifo agent that exits is waited for only after a start.
         self._resume_wanted = False
         self._reattach: asyncio.Task[None] | None = None
         # How the current attachment ended, for the calls it cut short.
         self._ended: asyncio.Future[str] | None = None
 
-    # ----- status -----
+    # ----- state -----
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    def _move(self, target: Phase) -> None:
+        if target not in TRANSITIONS[self._phase]:
+            raise IllegalTransition(self._phase, target)
+        log.debug("agent phase %s -> %s", self._phase.value, target.value)
+        self._phase = target
+
+    @property
+    def state(self) -> AgentState:
+        return REPORTED_STATE[self._phase]
 
     @property
     def turn_running(self) -> bool:
-        return self._turn is not None and not self._turn.done()
+        return self._phase is Phase.TURN
 
     def status(self) -> dict[str, Any]:
         a = self.acp
@@ -197,7 +277,7 @@ class AgentBridge:
             "attachments": self.attachments,
             **self.transport.describe(),
             "acp": {
-                "initialized": a.initialized,
+                "initialized": self._phase in ACP_INITIALIZED,
                 "protocol_version": a.protocol_version,
                 "agent_info": a.agent_info,
                 "load_session": a.load_session,
@@ -219,19 +299,6 @@ class AgentBridge:
             "agent_error", {"error": kind, "message": message, "session_id": self.acp.session_id}
         )
         log.warning("agent error: %s", message, extra={"kind": kind})
-
-    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
-        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        # A turn started with ?wait=false may fail with nobody awaiting it; its failure is already journaled.
-        if not task.cancelled() and (exc := task.exception()) is not None and not isinstance(exc, ApiError):
-            log.error("background task %s failed", task.get_name(), exc_info=exc)
 
     # ----- messages from the agent (called by the channel, in order) -----
 
@@ -297,72 +364,79 @@ class AgentBridge:
             f"agent wrote a line to stdout that is not JSON-RPC: {preview!r}", "agent_protocol"
         )
 
-    def _on_eof(self) -> None:
-        self._eof_during_turn = self.turn_running
+    def _on_eof(self, channel: AgentChannel) -> None:
+        """The agent's output ended. The channel calls this before the SDK fails the pending requests, so a turn
+        the exit cut short is still in TURN here."""
+        if channel is not self._channel:
+            return  # agentctl ended this attachment itself
+        conn, ended = self._require_conn(), self._ended
+        assert ended is not None
+        turn_was_running = self._phase is Phase.TURN
+        self._conn = self._channel = None
+        self._move(Phase.EXITED)
+        self._tasks.spawn(self._record_exit(conn, ended, turn_was_running), "exit")
 
     # ----- attachment -----
 
     async def _attach(self, wait_s: float | None) -> ClientSideConnection:
-        if self._conn is not None:
-            return self._conn
-        self.state = "starting"
+        if self._phase is Phase.EXITED:
+            # Let the exit be recorded first: recorded later, it would reset the new attachment.
+            await self._why_lost(self._ended)
+        if self._phase in ATTACHED:
+            return self._require_conn()
+        self._move(Phase.ATTACHING)
         try:
             pipes = await asyncio.wait_for(self.transport.attach(), wait_s)
-        except TimeoutError:
-            self.state = "error"
-            raise agent_unavailable(
-                f"the agent did not connect within {wait_s:g}s ({self.transport.name} transport); retry later"
-            ) from None
-        except (ConnectionError, OSError) as exc:
-            self.state = "error"
-            self.last_error, self.last_error_at = str(exc), utc_now()
-            raise agent_unavailable(str(exc)) from exc
-        channel = AgentChannel(pipes, self._on_message, self._on_garbage, self._on_eof)
+        except BaseException as exc:
+            # Cancelled too: a later start must not find the bridge still attaching (unless a stop took over).
+            if self._phase is Phase.ATTACHING:
+                self._move(Phase.FAILED)
+            if isinstance(exc, TimeoutError):
+                raise agent_unavailable(
+                    f"the agent did not connect within {wait_s:g}s ({self.transport.name} transport); retry later"
+                ) from None
+            if isinstance(exc, ConnectionError | OSError):
+                self.last_error, self.last_error_at = str(exc), utc_now()
+                raise agent_unavailable(str(exc)) from exc
+            raise
+        # "running" waits for the agent's answer to initialize: an open pipe alone does not prove an agent.
+        self._move(Phase.CONNECTED)
+        channel = AgentChannel(pipes, self._on_message, self._on_garbage, lambda: self._on_eof(channel))
         # BridgeClient implements the part of acp.Client an agentctl offers; the SDK answers the rest.
         conn = connect_to_agent(cast(Client, BridgeClient(self)), channel)
         self._conn, self._channel = conn, channel
-        self._ended = ended = asyncio.get_running_loop().create_future()
+        self._ended = asyncio.get_running_loop().create_future()
         self.pid = pipes.pid
         self.attachments += 1
         self.metrics.agent_attachments.inc()
         self._garbage_reports = 0
-        self._stop_requested = False
-        # "running" waits for the agent's answer to initialize: an open pipe alone does not prove an agent.
-        self._spawn(self._watch(channel, conn, ended), "agentctl.watch")
         return conn
 
-    async def _watch(
-        self, channel: AgentChannel, conn: ClientSideConnection, ended: asyncio.Future[str]
+    async def _record_exit(
+        self, conn: ClientSideConnection, ended: asyncio.Future[str], turn_was_running: bool
     ) -> None:
-        await channel.eof.wait()
-        if self._conn is not conn:
-            return
-        self._conn = self._channel = None
         reason = await self.transport.exit_reason()
-        # Its own attachment's: a start during the wait above may have made another one current.
         _settle(ended, reason)
-        turn_was_running = self._eof_during_turn
         self.permissions.cancel_all("agent_exited")
-        self._reset_acp()
+        # Otherwise a stop took over while the reason was learned, and says how the attachment ended.
+        if self._phase is Phase.EXITED:
+            self._reset_acp()
+            self._move(Phase.FAILED)
+            what = "agent exited during a turn" if turn_was_running else "agent exited"
+            self._record_error(f"{what}: {reason}", "agent_exited")
+            # An exit seen while a re-attach is already trying (its pipes broke) must not start a second one.
+            if (
+                self.transport.name == "fifo"
+                and self._resume_wanted
+                and (self._reattach is None or self._reattach.done())
+            ):
+                self._reattach = self._tasks.spawn(self._reattach_loop(), "reattach")
         with contextlib.suppress(Exception):
             await conn.close()
-        if self._stop_requested:
-            self.state = "stopped"
-            return
-        self.state = "error"
-        what = "agent exited during a turn" if turn_was_running else "agent exited"
-        self._record_error(f"{what}: {reason}", "agent_exited")
-        # An exit seen while a re-attach is already trying (its pipes broke) must not start a second one.
-        if (
-            self.transport.name == "fifo"
-            and self._resume_wanted
-            and (self._reattach is None or self._reattach.done())
-        ):
-            self._reattach = self._spawn(self._reattach_loop(), "agentctl.reattach")
 
     async def _reattach_loop(self) -> None:
         """A restarted agent container reopens the FIFOs; resume its session there without re-prompting."""
-        while not self._stop_requested:
+        while self._resume_wanted:
             try:
                 await self.start(StartRequest(), attach_wait_s=None)
                 log.info("re-attached to the restarted agent", extra={"session_id": self.acp.session_id})
@@ -376,10 +450,11 @@ class AgentBridge:
         """Let go of pipes whose reader never answered initialize: the next attempt opens them afresh and
         waits for an agent that is really there, instead of queueing more requests to one that is not."""
         async with self._op_lock:
-            conn = self._conn
-            if conn is None or self.acp.initialized:
+            if self._phase not in (Phase.CONNECTED, Phase.UNANSWERED):
                 return
+            conn = self._require_conn()
             self._conn = self._channel = None
+            self._move(Phase.FAILED)
             self._end_attachment("agentctl gave up on an agent that did not answer initialize")
             with contextlib.suppress(Exception):
                 await conn.close()
@@ -403,18 +478,20 @@ class AgentBridge:
         self.pid = None
 
     def _require_conn(self) -> ClientSideConnection:
-        if self._conn is None:
+        if self._phase not in ATTACHED:
             raise conflict(
                 f"the agent is not attached (state {self.state}"
                 + (f", last error: {self.last_error}" if self.last_error else "")
                 + "); call POST /api/v1/start"
             )
+        assert self._conn is not None
         return self._conn
 
     def _require_session(self, session_id: str | None) -> str:
         self._require_conn()
-        if not self.acp.initialized or self.acp.session_id is None:
+        if self._phase not in IN_SESSION:
             raise conflict("no ACP session yet; call POST /api/v1/start or /api/v1/acp/session/new first")
+        assert self.acp.session_id is not None
         if session_id is not None and session_id != self.acp.session_id:
             raise ApiError(404, "not_found", f"session {session_id!r} is not the current session")
         return self.acp.session_id
@@ -460,11 +537,14 @@ class AgentBridge:
                 ),
             )
         except ApiError as exc:
-            self.state = "error"
             self.last_error, self.last_error_at = exc.message, utc_now()
+            # Not after an exit or a stop meanwhile, nor when a working connection is initialized again.
+            if self._phase is Phase.CONNECTED:
+                self._move(Phase.UNANSWERED)
             raise
-        self.state = "running"
-        self.acp.initialized = True
+        # Initialize again on an initialized connection leaves its session and turn as they are.
+        if self._phase not in ACP_INITIALIZED:
+            self._move(Phase.INITIALIZED)
         self.acp.protocol_version = resp.protocol_version
         self.acp.agent_info = _dump(resp.agent_info) if resp.agent_info else None
         self.acp.agent_capabilities = _dump(resp.agent_capabilities) if resp.agent_capabilities else {}
@@ -501,7 +581,7 @@ class AgentBridge:
 
     def _require_initialized(self) -> ClientSideConnection:
         conn = self._require_conn()
-        if not self.acp.initialized:
+        if self._phase not in ACP_INITIALIZED:
             raise conflict("ACP is not initialized; call POST /api/v1/acp/initialize or /api/v1/start first")
         return conn
 
@@ -510,6 +590,7 @@ class AgentBridge:
         cwd = self._check_cwd(cwd)
         self._replay = "off"
         resp = await self._authenticated("session/new", lambda: conn.new_session(cwd=cwd, mcp_servers=[]))
+        self._session_opened()
         self.acp.session_id, self.acp.cwd = resp.session_id, cwd
         self.acp.current_mode_id, self.acp.available_modes, self.acp.mode_config_id = None, [], None
         raw = _dump(resp)
@@ -534,12 +615,18 @@ class AgentBridge:
         # Some agents (gemini-cli) stream the history after answering session/load: until the next turn, the
         # conversation's updates are still that replay.
         self._replay = "conversation" if replaying else "off"
+        self._session_opened()
         self.acp.session_id, self.acp.cwd = session_id, cwd
         raw = _dump(resp) if resp is not None else {}
         self.acp.set_modes(raw.get("modes"), raw.get("configOptions"))
         if self.store.record.session_id != session_id:
             self._remember(prompt_sent=False)
         return raw
+
+    def _session_opened(self) -> None:
+        # A turn still running goes on; the new session is the one the next turn uses.
+        if self._phase is not Phase.TURN:
+            self._move(Phase.SESSION)
 
     def _remember(self, prompt_sent: bool) -> None:
         rec = self.store.record
@@ -562,9 +649,10 @@ class AgentBridge:
         self, prompt: str | list[dict[str, Any]], session_id: str | None = None
     ) -> asyncio.Task[str]:
         sid = self._require_session(session_id)
-        if self.turn_running:
+        if self._phase is Phase.TURN:
             raise conflict("a prompt turn is already running; wait for it or POST /api/v1/acp/cancel")
         blocks = self._blocks(prompt, sid)
+        conn = self._require_conn()
         self._replay = "off"
         for block in blocks:
             # Agents do not echo the user's prompt during a turn; the journal records it so history is whole.
@@ -576,12 +664,12 @@ class AgentBridge:
                 },
             )
         self.acp.turn_started_at = utc_now()
-        turn = self._spawn(self._run_turn(sid, blocks), "agentctl.turn")
-        self._turn = turn
+        self._move(Phase.TURN)
+        turn = asyncio.create_task(self._run_turn(conn, sid, blocks), name="agentctl: turn")
+        self._tasks.spawn(_hold(turn), "turn")
         return turn
 
-    async def _run_turn(self, session_id: str, blocks: list[Any]) -> str:
-        conn = self._require_conn()
+    async def _run_turn(self, conn: ClientSideConnection, session_id: str, blocks: list[Any]) -> str:
         started = time.monotonic()
         stop_reason = "error"
         try:
@@ -601,6 +689,9 @@ class AgentBridge:
             self.acp.last_stop_reason = stop_reason
             if stop_reason != "error":
                 self.hub.publish("turn_end", {"sessionId": session_id, "stopReason": stop_reason})
+            # Not when the agent exited or was stopped meanwhile: then the turn ended with its attachment.
+            if self._phase is Phase.TURN and self._conn is conn:
+                self._move(Phase.SESSION)
 
     async def cancel(self, session_id: str | None) -> bool:
         sid = self._require_session(session_id)
@@ -639,12 +730,12 @@ class AgentBridge:
         async with self._op_lock:
             self._resume_wanted = True
             await self._attach(attach_timeout)
-            if not self.acp.initialized:
+            if self._phase not in ACP_INITIALIZED:
                 await self.initialize()
             wanted = req.session_id or self.store.record.session_id
             resumed = prompt_sent = False
             extra: dict[str, Any] = {}
-            if self.acp.session_id is not None and wanted in (None, self.acp.session_id):
+            if self._phase in IN_SESSION and wanted in (None, self.acp.session_id):
                 pass  # idempotent repeat
             elif wanted is not None:
                 cwd = req.cwd or self.store.record.cwd
@@ -689,23 +780,23 @@ class AgentBridge:
 
     async def stop(self) -> None:
         async with self._op_lock:
-            self._stop_requested = True
             self._resume_wanted = False
             if self._reattach is not None:
                 self._reattach.cancel()
             conn, self._conn, self._channel = self._conn, None, None
             self._end_attachment("agentctl stopped the agent")
-            self.state = "stopping"
-            self.permissions.cancel_all("agent_stopped")
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.close()
-            await self.transport.detach(stop_agent=True)
-            self._reset_acp()
-            self.state = "stopped"
+            self._move(Phase.STOPPING)
+            try:
+                self.permissions.cancel_all("agent_stopped")
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                await self.transport.detach(stop_agent=True)
+            finally:
+                # However the transport fared, nothing is attached now; a stuck STOPPING would refuse every start.
+                self._reset_acp()
+                self._move(Phase.STOPPED)
 
     async def shutdown(self) -> None:
         await self.stop()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()

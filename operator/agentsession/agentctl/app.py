@@ -1,15 +1,17 @@
-"""The aiohttp application of agentctl."""
+"""The aiohttp application of agentctl: the handlers of every route of `agentsession.agentctl_routes`."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from agentsession.agentctl import routes_acp, routes_control, routes_permissions, routes_shell, ws_streams
+from agentsession.agentctl.binding import Handlers, register
 from agentsession.agentctl.config import Config
 from agentsession.agentctl.http_common import json_ok
 from agentsession.agentctl.middleware import make_middlewares
 from agentsession.agentctl.openapi import build_openapi
 from agentsession.agentctl.services import SERVICES, Services
+from agentsession.agentctl_routes import OPENAPI
 
 
 def create_app(config: Config, svc: Services | None = None) -> web.Application:
@@ -20,19 +22,23 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
     )
     app[SERVICES] = svc
     document = build_openapi()
+    own = Handlers()
 
+    @own(OPENAPI)
     async def openapi(request: web.Request) -> web.Response:
         return json_ok(document)
 
-    app.router.add_get("/api/v1/openapi.json", openapi)
-    for table in (
-        routes_control.routes,
-        routes_acp.routes,
-        routes_permissions.routes,
-        routes_shell.routes,
-        ws_streams.routes,
-    ):
-        app.add_routes(table)
+    register(
+        app,
+        [
+            own,
+            routes_control.handlers,
+            routes_acp.handlers,
+            routes_permissions.routes,
+            routes_shell.handlers,
+            ws_streams.handlers,
+        ],
+    )
 
     async def on_shutdown(app: web.Application) -> None:
         await app[SERVICES].close()

@@ -6,6 +6,7 @@ import asyncio
 
 from aiohttp import web
 
+from agentsession.agentctl.binding import Handlers
 from agentsession.agentctl.http_common import json_ok, parse_body
 from agentsession.agentctl.services import services
 from agentsession.agentctl_api import (
@@ -16,30 +17,31 @@ from agentsession.agentctl_api import (
     SessionLoadBody,
     SessionNewBody,
 )
+from agentsession.agentctl_routes import CANCEL, INITIALIZE, MODE, PROMPT, SESSION_LOAD, SESSION_NEW
 
-routes = web.RouteTableDef()
+handlers = Handlers()
 
 
-@routes.post("/api/v1/acp/initialize")
+@handlers(INITIALIZE)
 async def initialize(request: web.Request) -> web.Response:
     body = await parse_body(request, InitializeBody)
     return json_ok(await services(request).bridge.initialize(body.protocol_version))
 
 
-@routes.post("/api/v1/acp/session/new")
+@handlers(SESSION_NEW)
 async def session_new(request: web.Request) -> web.Response:
     body = await parse_body(request, SessionNewBody)
     return json_ok(await services(request).bridge.new_session(body.cwd))
 
 
-@routes.post("/api/v1/acp/session/load")
+@handlers(SESSION_LOAD)
 async def session_load(request: web.Request) -> web.Response:
     body = await parse_body(request, SessionLoadBody)
     result = await services(request).bridge.load_session(body.session_id, body.cwd)
     return json_ok({"sessionId": body.session_id, **result})
 
 
-@routes.post("/api/v1/acp/prompt")
+@handlers(PROMPT)
 async def prompt(request: web.Request) -> web.Response:
     body = await parse_body(request, PromptBody)
     wait = request.query.get("wait", "true").lower() not in ("false", "0", "no")
@@ -52,14 +54,14 @@ async def prompt(request: web.Request) -> web.Response:
     return json_ok({"stopReason": stop_reason})
 
 
-@routes.post("/api/v1/acp/cancel")
+@handlers(CANCEL)
 async def cancel(request: web.Request) -> web.Response:
     body = await parse_body(request, CancelBody)
     running = await services(request).bridge.cancel(body.session_id)
     return json_ok({"success": True, "turn_running": running})
 
 
-@routes.post("/api/v1/acp/mode")
+@handlers(MODE)
 async def mode(request: web.Request) -> web.Response:
     body = await parse_body(request, ModeBody)
     current = await services(request).bridge.set_mode(body.mode_id, body.session_id)

@@ -8,23 +8,25 @@ import time
 from aiohttp import web
 
 from agentsession.agentctl import __version__
+from agentsession.agentctl.binding import Handlers
 from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.http_common import json_ok, parse_body, query_int
 from agentsession.agentctl.metrics import CONTENT_TYPE_LATEST
 from agentsession.agentctl.services import services
 from agentsession.agentctl_api import StartRequest
+from agentsession.agentctl_routes import HEALTH, HISTORY, INFO, METRICS, OPENAPI, START, STATUS, STOP
 
-routes = web.RouteTableDef()
+handlers = Handlers()
 
 HISTORY_PAGE_MAX = 100_000
 
 
-@routes.get("/health")
+@handlers(HEALTH)
 async def health(request: web.Request) -> web.Response:
     return json_ok({"status": "ok", "timestamp": utc_now()})
 
 
-@routes.get("/api/v1/status")
+@handlers(STATUS)
 async def status(request: web.Request) -> web.Response:
     s = services(request)
     return json_ok(
@@ -45,7 +47,7 @@ async def status(request: web.Request) -> web.Response:
     )
 
 
-@routes.get("/api/v1/info")
+@handlers(INFO)
 async def info(request: web.Request) -> web.Response:
     s = services(request)
     acp = s.bridge.acp
@@ -59,26 +61,26 @@ async def info(request: web.Request) -> web.Response:
             "agent_info": acp.agent_info,
             "agent_capabilities": acp.agent_capabilities,
             "protocol_version": acp.protocol_version,
-            "openapi": "/api/v1/openapi.json",
+            "openapi": OPENAPI.path,
         }
     )
 
 
-@routes.post("/api/v1/start")
+@handlers(START)
 async def start(request: web.Request) -> web.Response:
     body = await parse_body(request, StartRequest)
     resp = await services(request).bridge.start(body)
     return json_ok(resp.model_dump(mode="json"))
 
 
-@routes.post("/api/v1/stop")
+@handlers(STOP)
 async def stop(request: web.Request) -> web.Response:
     bridge = services(request).bridge
     await bridge.stop()
     return json_ok({"success": True, "state": bridge.state})
 
 
-@routes.get("/api/v1/history")
+@handlers(HISTORY)
 async def history(request: web.Request) -> web.Response:
     s = services(request)
     after = query_int(request, "after", 0) or 0
@@ -90,7 +92,7 @@ async def history(request: web.Request) -> web.Response:
     return json_ok({"updates": entries, "last_seq": upto, "journal_id": s.journal.id})
 
 
-@routes.get("/metrics")
+@handlers(METRICS)
 async def metrics(request: web.Request) -> web.Response:
     body = services(request).metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

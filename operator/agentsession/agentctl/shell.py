@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsession.agentctl.clock import utc_now
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ class ShellSession:
         self._lock = asyncio.Lock()
         self.exit_code: int | None = None
         self.last_input_at: str | None = None
-        self._reaper: asyncio.Future[None] | None = None
+        # Reapers of exited shells. close() leaves them be: the one it causes still records how the shell ended.
+        self._tasks = Supervisor("shell", log)
 
     @property
     def running(self) -> bool:
@@ -131,7 +133,7 @@ class ShellSession:
         self._subscribers.clear()
         proc = self._proc
         if proc is not None:
-            self._reaper = asyncio.ensure_future(self._reap(proc))
+            self._tasks.spawn(self._reap(proc), "reap")
 
     async def _reap(self, proc: asyncio.subprocess.Process) -> None:
         self.exit_code = await proc.wait()

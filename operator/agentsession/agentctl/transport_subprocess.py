@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsession.agentctl.transport import LINE_LIMIT, AgentPipes, AgentTransport
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ class SubprocessTransport(AgentTransport):
         self._cwd = cwd
         self._env = env
         self._proc: asyncio.subprocess.Process | None = None
+        self._tasks = Supervisor("subprocess transport", log)
         self._stderr_task: asyncio.Task[None] | None = None
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
 
@@ -50,7 +52,9 @@ class SubprocessTransport(AgentTransport):
         assert proc.stdin is not None
         assert proc.stdout is not None
         assert proc.stderr is not None
-        self._stderr_task = asyncio.create_task(self._drain_stderr(proc.stderr, proc.pid))
+        self._stderr_task = self._tasks.spawn(
+            self._drain_stderr(proc.stderr, proc.pid), f"stderr of {proc.pid}"
+        )
         log.info("agent started", extra={"pid": proc.pid, "command": list(self._command)})
         return AgentPipes(proc.stdout, proc.stdin, proc.pid, {"command": list(self._command)})
 

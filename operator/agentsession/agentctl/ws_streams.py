@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from aiohttp import web
 
+from agentsession.agentctl.binding import Handlers
 from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.events import SubscriberTooSlow, Subscription
 from agentsession.agentctl.http_common import query_int
 from agentsession.agentctl.permissions import PERMISSION_KINDS
 from agentsession.agentctl.services import Services, services
 from agentsession.agentctl.ws_common import accept, client_frames, send, send_error
+from agentsession.agentctl_routes import PERMISSION_STREAM, UPDATES
 
 log = logging.getLogger(__name__)
 
-routes = web.RouteTableDef()
+handlers = Handlers()
 
 WS_CLOSE_TRY_AGAIN = 1013
 
@@ -33,30 +34,31 @@ async def _pump(ws: web.WebSocketResponse, sub: Subscription, after: int | None)
 
 
 async def _listen(ws: web.WebSocketResponse) -> None:
-    async for frame in client_frames(ws):
-        await send_error(
-            ws, "unknown_type", f"unknown frame type {frame['type']!r}; this stream accepts only ping"
-        )
+    try:
+        async for frame in client_frames(ws):
+            await send_error(
+                ws, "unknown_type", f"unknown frame type {frame['type']!r}; this stream accepts only ping"
+            )
+    except (ConnectionError, RuntimeError):
+        pass  # the client went away mid-send
 
 
 async def _serve(
     request: web.Request, s: Services, sub: Subscription, after: int | None, ws: web.WebSocketResponse
 ) -> None:
-    pump = asyncio.create_task(_pump(ws, sub, after))
-    listen = asyncio.create_task(_listen(ws))
     try:
-        await asyncio.wait({pump, listen}, return_when=asyncio.FIRST_COMPLETED)
+        # The stream ends when either does: the client leaves or falls behind, or the hub closes.
+        async with asyncio.TaskGroup() as group:
+            both = {group.create_task(_pump(ws, sub, after)), group.create_task(_listen(ws))}
+            await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+            for task in both:
+                task.cancel()
     finally:
         sub.close()
-        for task in (pump, listen):
-            task.cancel()
-        for task in (pump, listen):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
         await ws.close()
 
 
-@routes.get("/api/v1/acp/stream")
+@handlers(UPDATES)
 async def update_stream(request: web.Request) -> web.WebSocketResponse:
     s = services(request)
     after = query_int(request, "after", None)
@@ -73,7 +75,7 @@ async def update_stream(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-@routes.get("/api/v1/acp/permissions/stream")
+@handlers(PERMISSION_STREAM)
 async def permission_stream(request: web.Request) -> web.WebSocketResponse:
     s = services(request)
     after = query_int(request, "after", None)

@@ -8,7 +8,6 @@ from the cached object and that live state, so every replica reports the same th
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
@@ -16,10 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import aiohttp
-
-from agentsession.agentctl_api import mode_config_option
-from agentsession.api.constants import TOKEN_KEY, token_secret_name
+from agentsession.agentctl_api import StatusResponse, mode_config_option
+from agentsession.agentctl_client import AgentctlApi, AgentctlConnector
 from agentsession.gateway import metrics
 from agentsession.gateway.events import (
     AgentctlReady,
@@ -31,10 +28,13 @@ from agentsession.gateway.events import (
     RequestError,
     ShellOutput,
 )
-from agentsession.gateway.kube import KubeClient, KubeError
 from agentsession.gateway.status import LiveState, agent_id, agent_info, condition_true, is_suspended
-from agentsession.gateway.upstream import AgentctlClient, JournalPosition, ShellStream, UpdateStream
+from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateStream
 from agentsession.gateway.watch_cache import Key, Manifest, SessionCache
+from agentsession.kube.client import Kube
+from agentsession.kube.errors import KubeError
+from agentsession.kube.ops import read_session_token
+from agentsession.kube.resources import AGENT_SESSIONS
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def split_id(value: str) -> Key:
 class Runtime:
     key: Key
     live: LiveState = field(default_factory=LiveState)
-    client: AgentctlClient | None = None
+    client: AgentctlApi | None = None
     stream: UpdateStream | None = None
     endpoint_key: tuple[str, str] | None = None  # (endpoint, podUID) the stream follows
     # Survives stream restarts: the journal lives on the workspace and outlives agentctl restarts.
@@ -85,8 +85,8 @@ class AgentRegistry:
     def __init__(
         self,
         cache: SessionCache,
-        kube: KubeClient,
-        http: aiohttp.ClientSession,
+        kube: Kube,
+        agentctl: AgentctlConnector,
         *,
         agentctl_host_override: str | None = None,
         agentctl_port_override: int | None = None,
@@ -94,7 +94,7 @@ class AgentRegistry:
     ) -> None:
         self.cache = cache
         self.kube = kube
-        self.http = http
+        self.agentctl = agentctl
         self._host_override = agentctl_host_override
         self._port_override = agentctl_port_override
         self.init_timeout = init_timeout
@@ -220,7 +220,7 @@ class AgentRegistry:
                 log.warning("cannot read the agentctl token of %s: %s", rt.id, exc)
                 self._spawn(self._retry_converge(rt))
                 return
-            rt.client = AgentctlClient(self.http, endpoint, token)
+            rt.client = self.agentctl(endpoint, token)
             rt.stream = UpdateStream(
                 rt.client,
                 rt.position,
@@ -254,18 +254,19 @@ class AgentRegistry:
             await self._stop_streams(rt)
 
     async def _token(self, key: Key) -> str:
-        secret = await self.kube.read_secret(key[0], token_secret_name(key[1]))
-        return base64.b64decode((secret.get("data") or {})[TOKEN_KEY]).decode()
+        token = await read_session_token(self.kube, *key)
+        if not token:
+            raise KubeError(f"the agentctl token Secret of {agent_id(*key)} does not exist (yet)")
+        return token
 
     # --- upstream events ---
 
-    def _on_agentctl_status(self, rt: Runtime, status: Manifest) -> None:
-        acp = status.get("acp") or {}
+    def _on_agentctl_status(self, rt: Runtime, status: StatusResponse) -> None:
         rt.live = LiveState(
-            agent_state=status.get("state"),
-            turn_running=bool(acp.get("turn_running")),
-            last_error=status.get("last_error"),
-            current_mode_id=acp.get("current_mode_id") or rt.live.current_mode_id,
+            agent_state=status.state,
+            turn_running=status.acp.turn_running,
+            last_error=status.last_error,
+            current_mode_id=status.acp.current_mode_id or rt.live.current_mode_id,
         )
         self._publish_status(rt, time.monotonic())
 
@@ -319,7 +320,7 @@ class AgentRegistry:
         self.session(key)
         return self.runtimes.setdefault(key, Runtime(key))
 
-    async def ready_client(self, key: Key) -> AgentctlClient:
+    async def ready_client(self, key: Key) -> AgentctlApi:
         obj = self.session(key)
         rt = self.runtime(key)
         if condition_true(obj, "AgentctlReady") and rt.client is None:
@@ -350,7 +351,7 @@ class AgentRegistry:
             raise RequestError(ErrorCode.CONFLICT, f"{agent_id(*key)} is being deleted")
         if is_suspended(obj):
             try:
-                await self.kube.patch_session_spec(key[0], key[1], {"suspend": False})
+                await self.kube.patch(AGENT_SESSIONS, key[0], key[1], {"spec": {"suspend": False}})
             except KubeError as exc:
                 raise RequestError(
                     ErrorCode.UPSTREAM_ERROR, f"cannot resume {agent_id(*key)}: {exc}"
@@ -413,8 +414,7 @@ class AgentRegistry:
                 rt.shell = None
                 raise RequestError(ErrorCode.UPSTREAM_ERROR, "agentctl's shell stream did not open") from None
         rt.shell_subscribers.add(sub)
-        buffer = await client.shell_buffer()
-        return str(buffer.get("buffer", ""))
+        return (await client.shell_buffer()).buffer
 
     async def shell_unsubscribe(self, key: Key, sub: Subscriber) -> None:
         rt = self.runtimes.get(key)

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 from aiohttp import WSMsgType, web
 
+from agentsession.agentctl_client import http_connector
 from agentsession.gateway import metrics
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.auth import (
@@ -24,11 +25,11 @@ from agentsession.gateway.codec import Codec
 from agentsession.gateway.config import GatewayConfig
 from agentsession.gateway.connection import Connection
 from agentsession.gateway.events import ErrorCode, Failure
-from agentsession.gateway.kube import KubeClient
 from agentsession.gateway.lifecycle_dialect import LifecycleCodec
 from agentsession.gateway.service import Service
 from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.gateway.watch_cache import SessionCache
+from agentsession.kube.client import Kube, connect
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ async def _dev_mode_nagger(interval: float) -> None:
         log.warning(DEV_MODE_WARNING)
 
 
-def build_app(config: GatewayConfig, kube: KubeClient | None = None) -> web.Application:
+def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Application:
     app = web.Application()
     app[CONFIG] = config
     app.router.add_get("/ws", ws_handler)
@@ -176,7 +177,7 @@ def build_app(config: GatewayConfig, kube: KubeClient | None = None) -> web.Appl
     app.router.add_get("/metrics", metrics_handler)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        client = kube or KubeClient.from_kubeconfig(config.kubeconfig)
+        client = kube or await connect(config.kubeconfig)
         http = aiohttp.ClientSession()
         cache = SessionCache(
             client,
@@ -187,7 +188,7 @@ def build_app(config: GatewayConfig, kube: KubeClient | None = None) -> web.Appl
         registry = AgentRegistry(
             cache,
             client,
-            http,
+            http_connector(http),
             agentctl_host_override=config.agentctl_host_override,
             agentctl_port_override=config.agentctl_port_override,
             init_timeout=config.init_timeout,

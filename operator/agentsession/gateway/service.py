@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agentsession.agentctl_client import AgentctlError
 from agentsession.gateway import commands as c
 from agentsession.gateway import metrics
 from agentsession.gateway.agents import AgentRegistry, split_id
@@ -12,6 +13,7 @@ from agentsession.gateway.commands import Command
 from agentsession.gateway.connection import Connection
 from agentsession.gateway.events import AgentctlReady, AgentUpdate, ErrorCode, Failure, Reply, RequestError
 from agentsession.gateway.status import condition_true
+from agentsession.gateway.upstream import request_error
 from agentsession.gateway.watch_cache import Key
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,7 @@ class Service:
     async def handle(self, conn: Connection, cmd: Command) -> None:
         metrics.MESSAGES.labels("in", cmd.action).inc()
         try:
-            payload = await self._run(conn, cmd)
+            payload = await self._answer(conn, cmd)
         except RequestError as exc:
             details = dict(exc.details)
             if cmd.agent_id and "agentId" not in details:
@@ -72,6 +74,12 @@ class Service:
             )
         return key
 
+    async def _answer(self, conn: Connection, cmd: Command) -> dict[str, Any]:
+        try:
+            return await self._run(conn, cmd)
+        except AgentctlError as exc:
+            raise request_error(exc) from exc
+
     async def _run(self, conn: Connection, cmd: Command) -> dict[str, Any]:
         reg = self.registry
         if cmd.action == c.PING:
@@ -98,29 +106,25 @@ class Service:
             conn.drop_updates(agent)
             return {"success": True, "task_id": agent}
         if cmd.action == c.PROMPT:
-            result = await (await reg.ready_client(key)).prompt(cmd.args["text"])
-            return {"agentId": agent, "accepted": True, "sessionId": result.get("sessionId")}
+            accepted = await (await reg.ready_client(key)).prompt(cmd.args["text"])
+            return {"agentId": agent, "accepted": True, "sessionId": accepted.session_id}
         if cmd.action == c.SET_MODE:
-            result = await (await reg.ready_client(key)).set_mode(cmd.args["modeId"])
-            return {"agentId": agent, "currentModeId": result.get("current_mode_id")}
+            mode = await (await reg.ready_client(key)).set_mode(cmd.args["modeId"])
+            return {"agentId": agent, "currentModeId": mode.current_mode_id}
         if cmd.action == c.CANCEL:
-            result = await (await reg.ready_client(key)).cancel()
-            return {"agentId": agent, "turnRunning": result.get("turn_running")}
+            cancelled = await (await reg.ready_client(key)).cancel()
+            return {"agentId": agent, "turnRunning": cancelled.turn_running}
         if cmd.action == c.PERMISSION_RESPONSE:
-            result = await (await reg.ready_client(key)).respond_permission(
+            answered = await (await reg.ready_client(key)).respond_permission(
                 cmd.args["permissionId"], cmd.args.get("optionId"), cmd.args.get("cancelled", False)
             )
-            return {
-                "agentId": agent,
-                "permissionId": cmd.args["permissionId"],
-                "outcome": result.get("outcome"),
-            }
+            return {"agentId": agent, "permissionId": cmd.args["permissionId"], "outcome": answered.outcome}
         if cmd.action == c.SHELL_STATUS:
             obj = reg.session(key)
             ready = condition_true(obj, "AgentctlReady")
-            shell = await (await reg.ready_client(key)).shell_status() if ready else {}
-            return {"task_id": agent, "agentctl_ready": ready, "running": bool(shell.get("running")),
-                    "cwd": shell.get("cwd"), "exit_code": shell.get("exit_code")}  # fmt: skip
+            shell = await (await reg.ready_client(key)).shell_status() if ready else None
+            return {"task_id": agent, "agentctl_ready": ready, "running": bool(shell and shell.running),
+                    "cwd": shell.cwd if shell else None, "exit_code": shell.exit_code if shell else None}  # fmt: skip
         if cmd.action == c.SHELL_SUBSCRIBE:
             buffer = await reg.shell_subscribe(key, conn)
             return {"success": True, "task_id": agent, "buffer": buffer}
@@ -139,8 +143,8 @@ class Service:
             conn.hold_updates(agent)
             client = await reg.ready_client(key)
             history = await client.history(0)
-            pending = await client.permissions()
-        except RequestError:
+            pending = (await client.permissions()).pending
+        except (RequestError, AgentctlError):
             conn.drop_updates(agent)
             metrics.INITIALIZATIONS.labels("failed").inc()
             raise
@@ -149,10 +153,10 @@ class Service:
         return {
             "agentId": agent,
             "info": info,
-            "updates": history.get("updates", []),
-            "_after": int(history.get("last_seq") or 0),
+            "updates": [entry.model_dump() for entry in history.updates],
+            "_after": history.last_seq,
             # Requests still waiting for an answer are announced again, so a late client can answer them.
             "_follow": [
-                AgentUpdate(agent, 0, str(p.get("created_at", "")), "permission_request", p) for p in pending
+                AgentUpdate(agent, 0, p.created_at, "permission_request", p.model_dump()) for p in pending
             ],
         }

@@ -1,4 +1,4 @@
-"""Talking to one agent's agentctl: its HTTP calls, and the update and shell streams this replica keeps open.
+"""The streams this replica keeps open to one agent's agentctl, and the gateway's error for a failed call.
 
 One update stream per agent per replica, whatever the number of clients: entries are fanned out by the
 registry. The stream resumes with `?after=<last seq>` so a dropped connection or a restarted agentctl loses
@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
-from agentsession.agentctl_api import HISTORY_PATH, PROMPT_PATH, STATUS_PATH, STREAM_PATH
+from agentsession.agentctl_api import StatusResponse
+from agentsession.agentctl_client import AgentctlApi, AgentctlError, ShellChannel
 from agentsession.gateway import metrics
 from agentsession.gateway.events import ErrorCode, RequestError
 
@@ -27,81 +25,18 @@ log = logging.getLogger(__name__)
 
 Manifest = dict[str, Any]
 
-MODE_PATH = "/api/v1/acp/mode"
-CANCEL_PATH = "/api/v1/acp/cancel"
-PERMISSIONS_PATH = "/api/v1/acp/permissions"
-PERMISSIONS_RESPOND_PATH = "/api/v1/acp/permissions/respond"
-SHELL_STATUS_PATH = "/api/v1/shell/status"
-SHELL_BUFFER_PATH = "/api/v1/shell/buffer"
-SHELL_STREAM_PATH = "/api/v1/shell/stream"
+# agentctl's refusals that mean the same to the gateway's client; any other is agentctl's own failure.
+_REFUSALS = {404: ErrorCode.NOT_FOUND, 409: ErrorCode.CONFLICT, 422: ErrorCode.VALIDATION_ERROR}
 
 
-class AgentctlClient:
-    def __init__(self, http: aiohttp.ClientSession, endpoint: str, token: str, timeout: float = 30.0) -> None:
-        self.http = http
-        self.endpoint = endpoint.rstrip("/")
-        self.token = token
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-    def ws_url(self, path: str) -> str:
-        return "ws" + self.endpoint.removeprefix("http") + path
-
-    async def call(self, method: str, path: str, body: Any = None) -> Manifest:
-        try:
-            async with self.http.request(
-                method, self.endpoint + path, json=body, headers=self.headers, timeout=self._timeout
-            ) as resp:
-                text = await resp.text()
-                data = json.loads(text) if text else {}
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise RequestError(
-                ErrorCode.UPSTREAM_ERROR, f"agentctl at {self.endpoint} is not reachable: {exc}"
-            ) from exc
-        if resp.status >= 400:
-            code = {404: ErrorCode.NOT_FOUND, 409: ErrorCode.CONFLICT, 422: ErrorCode.VALIDATION_ERROR}.get(
-                resp.status, ErrorCode.UPSTREAM_ERROR
-            )
-            message = data.get("message", text) if isinstance(data, dict) else text
-            raise RequestError(code, f"agentctl: {message}", upstream_status=resp.status)
-        result: Manifest = data
-        return result
-
-    async def status(self) -> Manifest:
-        return await self.call("GET", STATUS_PATH)
-
-    async def history(self, after: int = 0) -> Manifest:
-        return await self.call("GET", f"{HISTORY_PATH}?after={after}")
-
-    async def prompt(self, text: str) -> Manifest:
-        return await self.call("POST", f"{PROMPT_PATH}?wait=false", {"prompt": text})
-
-    async def set_mode(self, mode_id: str) -> Manifest:
-        return await self.call("POST", MODE_PATH, {"mode_id": mode_id})
-
-    async def cancel(self) -> Manifest:
-        return await self.call("POST", CANCEL_PATH, {})
-
-    async def permissions(self) -> list[Manifest]:
-        pending: list[Manifest] = (await self.call("GET", PERMISSIONS_PATH)).get("pending", [])
-        return pending
-
-    async def respond_permission(self, pending_id: str, option_id: str | None, cancelled: bool) -> Manifest:
-        body: Manifest = {"pending_id": pending_id}
-        if cancelled:
-            body["cancelled"] = True
-        else:
-            body["option_id"] = option_id
-        return await self.call("POST", PERMISSIONS_RESPOND_PATH, body)
-
-    async def shell_status(self) -> Manifest:
-        return await self.call("GET", SHELL_STATUS_PATH)
-
-    async def shell_buffer(self) -> Manifest:
-        return await self.call("GET", SHELL_BUFFER_PATH)
+def request_error(error: AgentctlError) -> RequestError:
+    """The gateway's error for a failed agentctl call, in agentctl's words."""
+    if error.status is None:
+        return RequestError(
+            ErrorCode.UPSTREAM_ERROR, f"agentctl at {error.endpoint} is not reachable: {error.detail}"
+        )
+    code = _REFUSALS.get(error.status, ErrorCode.UPSTREAM_ERROR)
+    return RequestError(code, f"agentctl: {error.detail}", upstream_status=error.status)
 
 
 def _backoff(failures: int, cap: float = 5.0) -> float:
@@ -121,10 +56,10 @@ class UpdateStream:
 
     def __init__(
         self,
-        client: AgentctlClient,
+        client: AgentctlApi,
         position: JournalPosition,
         on_entry: Callable[[Manifest], None],
-        on_status: Callable[[Manifest], None],
+        on_status: Callable[[StatusResponse], None],
         on_connected: Callable[[bool], None],
     ) -> None:
         self.client = client
@@ -164,32 +99,23 @@ class UpdateStream:
 
     async def _follow(self) -> None:
         status = await self.client.status()
-        journal_end = int(status.get("last_seq") or 0)
-        journal_id = status.get("journal_id")
+        journal_end, journal_id = status.last_seq, status.journal_id
         at = self.position
         if at.seq is None:
             # First contact starts at the journal's end: clients get the history on initialize.
             at.seq = journal_end
         elif journal_end < at.seq or (at.journal_id is not None and journal_id != at.journal_id):
             at.seq = 0
-        at.journal_id = journal_id if isinstance(journal_id, str) else None
+        at.journal_id = journal_id
         self._on_status(status)
-        async with self.client.http.ws_connect(
-            self.client.ws_url(f"{STREAM_PATH}?after={at.seq}"),
-            headers=self.client.headers,
-            heartbeat=15.0,
-            max_msg_size=16 * 1024 * 1024,
-        ) as ws:
+        async with self.client.updates(at.seq) as entries:
             self._set_connected(True)
-            async for msg in ws:
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    break
-                frame = json.loads(msg.data)
-                seq = frame.get("seq")
-                if not isinstance(seq, int) or seq <= at.seq:
+            async for entry in entries:
+                if entry.seq <= at.seq:
                     continue
-                at.seq = seq
-                self._on_entry(frame)
+                at.seq = entry.seq
+                # Fanned out as the JSON agentctl sent, which is what clients receive.
+                self._on_entry(entry.model_dump())
 
     def _set_connected(self, value: bool) -> None:
         if value != self.connected:
@@ -203,12 +129,10 @@ class UpdateStream:
 class ShellStream:
     """One shell stream per agent while any client watches the shell; output is fanned out by the caller."""
 
-    def __init__(
-        self, client: AgentctlClient, on_frame: Callable[[Manifest], Awaitable[None] | None]
-    ) -> None:
+    def __init__(self, client: AgentctlApi, on_frame: Callable[[Manifest], Awaitable[None] | None]) -> None:
         self.client = client
         self._on_frame = on_frame
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._channel: ShellChannel | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
@@ -224,32 +148,27 @@ class ShellStream:
                 await self._task
 
     async def send_input(self, data: str) -> None:
-        if self._ws is None or self._ws.closed:
+        if self._channel is None:
             raise RequestError(ErrorCode.UPSTREAM_ERROR, "the shell stream to agentctl is not connected")
-        await self._ws.send_str(json.dumps({"type": "input", "data": data}))
+        await self._channel.send_input(data)
 
     async def _run(self) -> None:
         failures = 0
         while True:
             try:
-                async with self.client.http.ws_connect(
-                    self.client.ws_url(SHELL_STREAM_PATH), headers=self.client.headers, heartbeat=15.0
-                ) as ws:
-                    self._ws = ws
+                async with self.client.shell() as channel:
+                    self._channel = channel
                     metrics.UPSTREAM_STREAMS.labels("shell").inc()
                     self._ready.set()
                     failures = 0
                     try:
-                        async for msg in ws:
-                            if msg.type != aiohttp.WSMsgType.TEXT:
-                                break
-                            frame = json.loads(msg.data)
-                            if frame.get("type") in ("output", "exit"):
-                                result = self._on_frame(frame)
+                        async for frame in channel.frames():
+                            if frame.type in ("output", "exit"):
+                                result = self._on_frame(frame.model_dump())
                                 if result is not None:
                                     await result
                     finally:
-                        self._ws = None
+                        self._channel = None
                         metrics.UPSTREAM_STREAMS.labels("shell").dec()
             except asyncio.CancelledError:
                 raise

@@ -1,0 +1,27 @@
+"""The one client of agentctl's API, shared by the operator and the gateway, and its in-memory fake."""
+
+from agentsession.agentctl_client.client import (
+    BAD_ANSWER,
+    UNREACHABLE,
+    UPGRADE_REFUSED,
+    AgentctlApi,
+    AgentctlClient,
+    AgentctlConnector,
+    AgentctlError,
+    CallObserver,
+    ShellChannel,
+    http_connector,
+)
+
+__all__ = [
+    "BAD_ANSWER",
+    "UNREACHABLE",
+    "UPGRADE_REFUSED",
+    "AgentctlApi",
+    "AgentctlClient",
+    "AgentctlConnector",
+    "AgentctlError",
+    "CallObserver",
+    "ShellChannel",
+    "http_connector",
+]

@@ -1,0 +1,358 @@
+"""agentctl's API as its clients (the operator, the gateway) call it: typed calls, typed streams, one error.
+
+Paths, methods and query names come from the route table (`agentsession.agentctl_routes`) and answers are
+parsed into the contract's models (`agentsession.agentctl_api`), so this client and the server cannot drift.
+Callers depend on the `AgentctlApi` protocol; `FakeAgentctl` implements it in memory for unit tests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol, TypeVar
+from urllib.parse import urlencode
+
+import aiohttp
+from pydantic import BaseModel, ValidationError
+
+from agentsession.agentctl_api import (
+    CancelBody,
+    CancelResponse,
+    ErrorResponse,
+    HistoryResponse,
+    JournalEntry,
+    ModeBody,
+    ModeResponse,
+    PermissionRespondBody,
+    PermissionRespondResponse,
+    PermissionsResponse,
+    PromptAccepted,
+    PromptBody,
+    ShellBufferResponse,
+    ShellFrame,
+    ShellStatusResponse,
+    StartRequest,
+    StartResponse,
+    StatusResponse,
+)
+from agentsession.agentctl_routes import (
+    CANCEL,
+    HISTORY,
+    MODE,
+    PERMISSION_RESPOND,
+    PERMISSIONS,
+    PROMPT,
+    SHELL_BUFFER,
+    SHELL_STATUS,
+    SHELL_STREAM,
+    START,
+    STATUS,
+    UPDATES,
+    Route,
+)
+
+# Error codes of failures agentctl did not describe itself.
+UNREACHABLE = "unreachable"
+BAD_ANSWER = "bad_answer"
+UPGRADE_REFUSED = "upgrade_refused"  # a WebSocket upgrade answered with an HTTP error (its body is not read)
+
+HEARTBEAT_SECONDS = 15.0
+UPDATE_FRAME_MAX = 16 * 1024 * 1024  # one journal entry can carry a whole tool call's output
+STREAM_STATUS = 101  # the status of an upgraded connection, for errors in its frames
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class AgentctlError(RuntimeError):
+    """A call agentctl could not be reached for, refused, or answered outside its contract.
+
+    `status` is the HTTP status (None when agentctl was not reached); `code` is agentctl's error code from its
+    ErrorResponse, else UNREACHABLE, BAD_ANSWER or UPGRADE_REFUSED; `detail` is agentctl's own message, or
+    what went wrong on the way. The message names the call, the URL and why.
+    """
+
+    def __init__(
+        self,
+        call: str,
+        endpoint: str,
+        detail: str,
+        *,
+        path: str = "",
+        status: int | None = None,
+        code: str = UNREACHABLE,
+    ) -> None:
+        self.call = call
+        self.endpoint = endpoint
+        self.url = endpoint + path
+        self.status = status
+        self.code = code
+        self.detail = detail
+        if status is None:
+            why = f"failed: {detail}"
+        elif status >= 400:
+            why = f"answered HTTP {status}: " + ("" if code == BAD_ANSWER else f"{code}: ") + detail
+        else:
+            why = f"answered an unexpected body: {detail}"
+        super().__init__(f"agentctl {call} at {self.url} {why}")
+
+
+class ShellChannel(Protocol):
+    """An open shell stream: the frames agentctl sends (output, exit, error, pong) and input to the shell."""
+
+    def frames(self) -> AsyncIterator[ShellFrame]: ...
+
+    async def send_input(self, data: str) -> None: ...
+
+
+class AgentctlApi(Protocol):
+    """The calls and streams of one agentctl; every failure is an AgentctlError."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    async def start(self, request: StartRequest) -> StartResponse:
+        """Raises AgentctlError also when agentctl answers `success: false`."""
+
+    async def status(self) -> StatusResponse: ...
+
+    async def history(self, after: int = 0) -> HistoryResponse: ...
+
+    async def prompt(self, text: str) -> PromptAccepted:
+        """Starts a turn and returns at once; the turn's entries come on `updates`."""
+
+    async def set_mode(self, mode_id: str) -> ModeResponse: ...
+
+    async def cancel(self) -> CancelResponse: ...
+
+    async def permissions(self) -> PermissionsResponse: ...
+
+    async def respond_permission(
+        self, pending_id: str, option_id: str | None = None, cancelled: bool = False
+    ) -> PermissionRespondResponse: ...
+
+    async def shell_status(self) -> ShellStatusResponse: ...
+
+    async def shell_buffer(self) -> ShellBufferResponse: ...
+
+    def updates(self, after: int) -> AbstractAsyncContextManager[AsyncIterator[JournalEntry]]:
+        """The journal entries with seq > after, then live ones; the iterator ends when agentctl closes it."""
+
+    def shell(self) -> AbstractAsyncContextManager[ShellChannel]: ...
+
+
+# (endpoint, token) -> the API of the agentctl there.
+AgentctlConnector = Callable[[str, str], AgentctlApi]
+CallObserver = Callable[[str, str, float], None]  # (call, "ok" | "error", seconds)
+
+
+def _failure(error: BaseException) -> str:
+    return f"{type(error).__name__} {error}".rstrip()
+
+
+def _body(model: BaseModel) -> dict[str, object]:
+    return model.model_dump(mode="json", exclude_defaults=True)
+
+
+class AgentctlClient:
+    """AgentctlApi over HTTP and WebSocket, on the caller's aiohttp session."""
+
+    def __init__(
+        self,
+        http: aiohttp.ClientSession,
+        endpoint: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        on_call: CallObserver | None = None,
+    ) -> None:
+        self._http = http
+        self.endpoint = endpoint.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._on_call = on_call
+
+    async def start(self, request: StartRequest) -> StartResponse:
+        answer = await self._call(START, StartResponse, _body(request))
+        if not answer.success:
+            raise AgentctlError(
+                START.name,
+                self.endpoint,
+                f"success is false: {answer.model_dump_json()[:500]}",
+                path=START.path,
+                status=200,
+                code=BAD_ANSWER,
+            )
+        return answer
+
+    async def status(self) -> StatusResponse:
+        return await self._call(STATUS, StatusResponse)
+
+    async def history(self, after: int = 0) -> HistoryResponse:
+        return await self._call(HISTORY, HistoryResponse, after=after)
+
+    # The bodies below are not validated here: agentctl's 422 says what is wrong in its own words, which
+    # callers relay to whoever sent the value.
+
+    async def prompt(self, text: str) -> PromptAccepted:
+        body = _body(PromptBody.model_construct(prompt=text))
+        return await self._call(PROMPT, PromptAccepted, body, wait="false")
+
+    async def set_mode(self, mode_id: str) -> ModeResponse:
+        return await self._call(MODE, ModeResponse, _body(ModeBody.model_construct(mode_id=mode_id)))
+
+    async def cancel(self) -> CancelResponse:
+        return await self._call(CANCEL, CancelResponse, _body(CancelBody.model_construct()))
+
+    async def permissions(self) -> PermissionsResponse:
+        return await self._call(PERMISSIONS, PermissionsResponse)
+
+    async def respond_permission(
+        self, pending_id: str, option_id: str | None = None, cancelled: bool = False
+    ) -> PermissionRespondResponse:
+        body = PermissionRespondBody.model_construct(
+            pending_id=pending_id, option_id=option_id, cancelled=cancelled
+        )
+        return await self._call(PERMISSION_RESPOND, PermissionRespondResponse, _body(body))
+
+    async def shell_status(self) -> ShellStatusResponse:
+        return await self._call(SHELL_STATUS, ShellStatusResponse)
+
+    async def shell_buffer(self) -> ShellBufferResponse:
+        return await self._call(SHELL_BUFFER, ShellBufferResponse)
+
+    @asynccontextmanager
+    async def updates(self, after: int) -> AsyncIterator[AsyncIterator[JournalEntry]]:
+        async with self._socket(UPDATES, UPDATE_FRAME_MAX, after=after) as ws:
+            yield _frames(ws, UPDATES, self.endpoint, JournalEntry)
+
+    @asynccontextmanager
+    async def shell(self) -> AsyncIterator[ShellChannel]:
+        async with self._socket(SHELL_STREAM) as ws:
+            yield _Shell(ws, self.endpoint)
+
+    def _path(self, route: Route, query: dict[str, str | int]) -> str:
+        unknown = set(query) - {param.name for param in route.query}
+        if unknown:
+            raise ValueError(f"{route.name} has no query parameter {', '.join(sorted(unknown))}")
+        return route.path + (f"?{urlencode(query)}" if query else "")
+
+    async def _call(
+        self, route: Route, answer: type[M], body: dict[str, object] | None = None, **query: str | int
+    ) -> M:
+        path = self._path(route, query)
+        started = time.monotonic()
+        outcome = "error"
+        try:
+            try:
+                async with self._http.request(
+                    route.method,
+                    self.endpoint + path,
+                    json=body,
+                    headers=self._headers,
+                    timeout=self._timeout,
+                ) as response:
+                    status, text = response.status, await response.text(errors="replace")
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise AgentctlError(route.name, self.endpoint, _failure(error), path=path) from error
+            if not 200 <= status < 300:
+                raise self._refusal(route, path, status, text)
+            try:
+                result = answer.model_validate_json(text)
+            except ValidationError as error:
+                raise AgentctlError(
+                    route.name, self.endpoint, str(error), path=path, status=status, code=BAD_ANSWER
+                ) from error
+            outcome = "ok"
+            return result
+        finally:
+            if self._on_call is not None:
+                self._on_call(route.name, outcome, time.monotonic() - started)
+
+    def _refusal(self, route: Route, path: str, status: int, text: str) -> AgentctlError:
+        try:
+            error = ErrorResponse.model_validate_json(text)
+        except ValidationError:
+            return AgentctlError(
+                route.name,
+                self.endpoint,
+                text[:500] or "(empty body)",
+                path=path,
+                status=status,
+                code=BAD_ANSWER,
+            )
+        return AgentctlError(
+            route.name, self.endpoint, error.message, path=path, status=status, code=error.error
+        )
+
+    @asynccontextmanager
+    async def _socket(
+        self, route: Route, max_frame: int = 4 * 1024 * 1024, **query: str | int
+    ) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
+        path = self._path(route, query)
+        url = "ws" + self.endpoint.removeprefix("http") + path
+        try:
+            ws = await self._http.ws_connect(
+                url, headers=self._headers, heartbeat=HEARTBEAT_SECONDS, max_msg_size=max_frame
+            )
+        except aiohttp.WSServerHandshakeError as error:
+            raise AgentctlError(
+                route.name, self.endpoint, error.message, path=path, status=error.status, code=UPGRADE_REFUSED
+            ) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise AgentctlError(route.name, self.endpoint, _failure(error), path=path) from error
+        async with ws:
+            yield ws
+
+
+async def _frames(
+    ws: aiohttp.ClientWebSocketResponse, route: Route, endpoint: str, model: type[M]
+) -> AsyncIterator[M]:
+    async for message in ws:
+        if message.type != aiohttp.WSMsgType.TEXT:
+            return  # closed or broken: the stream is over, and its caller decides whether to reopen it
+        try:
+            frame = model.model_validate_json(message.data)
+        except ValidationError as error:
+            raise AgentctlError(
+                route.name,
+                endpoint,
+                f"frame {message.data[:200]!r}: {error}",
+                path=route.path,
+                status=STREAM_STATUS,
+                code=BAD_ANSWER,
+            ) from error
+        yield frame
+
+
+class _Shell:
+    """ShellChannel over an open `WS /api/v1/shell/stream`."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, endpoint: str) -> None:
+        self._ws = ws
+        self._endpoint = endpoint
+
+    def frames(self) -> AsyncIterator[ShellFrame]:
+        return _frames(self._ws, SHELL_STREAM, self._endpoint, ShellFrame)
+
+    async def send_input(self, data: str) -> None:
+        try:
+            if self._ws.closed:
+                raise ConnectionResetError("the shell stream is closed")
+            await self._ws.send_str(json.dumps({"type": "input", "data": data}))
+        except (aiohttp.ClientError, ConnectionError) as error:
+            raise AgentctlError(
+                SHELL_STREAM.name, self._endpoint, _failure(error), path=SHELL_STREAM.path
+            ) from error
+
+
+def http_connector(
+    http: aiohttp.ClientSession, *, timeout: float = 30.0, on_call: CallObserver | None = None
+) -> AgentctlConnector:
+    """The connector of real agentctls: a client per (endpoint, token), all on one aiohttp session."""
+
+    def connect(endpoint: str, token: str) -> AgentctlApi:
+        return AgentctlClient(http, endpoint, token, timeout=timeout, on_call=on_call)
+
+    return connect

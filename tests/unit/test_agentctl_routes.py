@@ -65,13 +65,3 @@ def test_two_handlers_of_one_route_stop_the_app() -> None:
     again(HEALTH)(_ok)
     with pytest.raises(RouteTableError, match="'health' has two handlers"):
         register(web.Application(), [_all_but(), again])
-
-
-def test_aiohttp_route_decorators_must_name_a_route_of_the_table() -> None:
-    legacy = web.RouteTableDef()
-    legacy.get(HEALTH.path)(_ok)
-    register(web.Application(), [_all_but(HEALTH), legacy])
-    unknown = web.RouteTableDef()
-    unknown.get("/api/v1/stray")(_ok)
-    with pytest.raises(RouteTableError, match="/api/v1/stray"):
-        register(web.Application(), [_all_but(), unknown])

@@ -34,7 +34,7 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
             own,
             routes_control.handlers,
             routes_acp.handlers,
-            routes_permissions.routes,
+            routes_permissions.handlers,
             routes_shell.handlers,
             ws_streams.handlers,
         ],

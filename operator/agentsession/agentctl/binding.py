@@ -35,23 +35,10 @@ class Handlers:
         return bind
 
 
-def _bindings(table: Handlers | web.RouteTableDef) -> Iterable[tuple[Route, Handler]]:
-    if isinstance(table, Handlers):
-        return table.bound
-    # A module still declaring its routes with aiohttp's decorators: each must be one of the table's.
-    routes: dict[tuple[str, str], Route] = {(route.method, route.path): route for route in ROUTES}
-    bound: list[tuple[Route, Handler]] = []
-    for definition in table:
-        if not isinstance(definition, web.RouteDef) or (definition.method, definition.path) not in routes:
-            raise RouteTableError(f"{definition!r} is not a route of agentsession.agentctl_routes")
-        bound.append((routes[definition.method, definition.path], definition.handler))
-    return bound
-
-
-def register(app: web.Application, tables: Iterable[Handlers | web.RouteTableDef]) -> None:
+def register(app: web.Application, tables: Iterable[Handlers]) -> None:
     handlers: dict[str, Handler] = {}
     for table in tables:
-        for route, handler in _bindings(table):
+        for route, handler in table.bound:
             if route not in ROUTES:
                 raise RouteTableError(
                     f"handler {handler.__name__} serves {route.name!r}, not a route of the table"

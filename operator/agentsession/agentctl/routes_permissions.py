@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agentsession.agentctl.binding import Handlers
 from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.http_common import json_ok, parse_body
 from agentsession.agentctl.permissions import InvalidOption, UnknownPending
 from agentsession.agentctl.services import services
 from agentsession.agentctl_api import PermissionRespondBody
+from agentsession.agentctl_routes import PERMISSION_RESPOND, PERMISSIONS
 
-routes = web.RouteTableDef()
+handlers = Handlers()
 
 
-@routes.get("/api/v1/acp/permissions")
+@handlers(PERMISSIONS)
 async def list_pending(request: web.Request) -> web.Response:
     return json_ok({"pending": services(request).permissions.pending()})
 
 
-@routes.post("/api/v1/acp/permissions/respond")
+@handlers(PERMISSION_RESPOND)
 async def respond(request: web.Request) -> web.Response:
     body = await parse_body(request, PermissionRespondBody)
     try:

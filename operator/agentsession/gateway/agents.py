@@ -8,7 +8,6 @@ from the cached object and that live state, so every replica reports the same th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from typing import Any, Protocol
 
 from agentsession.agentctl_api import StatusResponse, mode_config_option
 from agentsession.agentctl_client import AgentctlApi, AgentctlConnector
-from agentsession.gateway import metrics
 from agentsession.gateway.events import (
     AgentctlReady,
     AgentRemoved,
@@ -28,13 +26,15 @@ from agentsession.gateway.events import (
     RequestError,
     ShellOutput,
 )
-from agentsession.gateway.status import LiveState, agent_id, agent_info, condition_true, is_suspended
+from agentsession.gateway.status import LiveState, agent_id, agent_info
 from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateStream
 from agentsession.gateway.watch_cache import Key, Manifest, SessionCache
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError
 from agentsession.kube.ops import read_session_token
 from agentsession.kube.resources import AGENT_SESSIONS
+from agentsession.kube.views import SessionView
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -101,24 +101,18 @@ class AgentRegistry:
         self.runtimes: dict[Key, Runtime] = {}
         self.subscribers: set[Subscriber] = set()
         self._inits: dict[Key, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = Supervisor("agent registry", log)
         cache.add_listener(self._on_session)
 
     # --- lifecycle ---
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        await self._tasks.close()
         for rt in self.runtimes.values():
             if rt.stream:
                 await rt.stream.stop()
             if rt.shell:
                 await rt.shell.stop()
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # --- views ---
 
@@ -157,7 +151,7 @@ class AgentRegistry:
                 continue
             visible = sub.may_see(namespace)
             if visible is None:
-                self._spawn(self._deliver_after_check(sub, namespace, event))
+                self._tasks.spawn(self._deliver_after_check(sub, namespace, event), "authorize, then deliver")
             elif visible:
                 sub.deliver(event)
 
@@ -182,32 +176,32 @@ class AgentRegistry:
             info = agent_info({**new, "metadata": {**new["metadata"], "deletionTimestamp": "deleted"}}, None)
             self.broadcast(key[0], AgentRemoved(agent_id(*key), info, now))
             if rt:
-                self._spawn(self._stop_runtime(rt))
+                self._tasks.spawn(self._stop_runtime(rt), f"stop {rt.id}")
             return
         rt = self.runtimes.setdefault(key, Runtime(key))
-        was_ready = old is not None and condition_true(old, "AgentctlReady")
-        if condition_true(new, "AgentctlReady") and not was_ready:
-            task_session = (new.get("status") or {}).get("podUID")
-            self.broadcast(key[0], AgentctlReady(rt.id, task_session, now))
-        self._spawn(self._converge_upstream(rt))
+        session = SessionView(new)
+        was_ready = old is not None and SessionView(old).condition_true("AgentctlReady")
+        if session.condition_true("AgentctlReady") and not was_ready:
+            self.broadcast(key[0], AgentctlReady(rt.id, session.status.podUID, now))
+        self._tasks.spawn(self._converge_upstream(rt), f"follow {rt.id}")
         self._publish_status(rt, now)
 
-    def _endpoint(self, obj: Manifest) -> str | None:
-        status = obj.get("status") or {}
-        endpoint = status.get("agentctlEndpoint")
-        if not endpoint or not condition_true(obj, "AgentctlReady"):
+    def _endpoint(self, session: SessionView) -> str | None:
+        endpoint = session.status.agentctlEndpoint
+        if not endpoint or not session.condition_true("AgentctlReady"):
             return None
         if self._host_override or self._port_override:
-            host = self._host_override or status.get("podIP")
+            host = self._host_override or session.status.podIP
             port = self._port_override or int(endpoint.rsplit(":", 1)[1])
             return f"http://{host}:{port}"
-        return str(endpoint)
+        return endpoint
 
     async def _converge_upstream(self, rt: Runtime) -> None:
         async with rt.lock:
             obj = self.cache.get(rt.key)
-            endpoint = self._endpoint(obj) if obj else None
-            wanted = (endpoint, str((obj.get("status") or {}).get("podUID"))) if obj and endpoint else None
+            session = SessionView(obj) if obj is not None else None
+            endpoint = self._endpoint(session) if session is not None else None
+            wanted = (endpoint, str(session.status.podUID)) if session is not None and endpoint else None
             if wanted == rt.endpoint_key:
                 return
             await self._stop_streams(rt)
@@ -218,7 +212,7 @@ class AgentRegistry:
                 token = await self._token(rt.key)
             except (KubeError, OSError, ValueError) as exc:
                 log.warning("cannot read the agentctl token of %s: %s", rt.id, exc)
-                self._spawn(self._retry_converge(rt))
+                self._tasks.spawn(self._retry_converge(rt), f"follow {rt.id} again")
                 return
             rt.client = self.agentctl(endpoint, token)
             rt.stream = UpdateStream(
@@ -321,12 +315,12 @@ class AgentRegistry:
         return self.runtimes.setdefault(key, Runtime(key))
 
     async def ready_client(self, key: Key) -> AgentctlApi:
-        obj = self.session(key)
+        agentctl_ready = SessionView(self.session(key)).condition_true("AgentctlReady")
         rt = self.runtime(key)
-        if condition_true(obj, "AgentctlReady") and rt.client is None:
+        if agentctl_ready and rt.client is None:
             # Readiness is announced as soon as the watch shows it; the client may ask before we converged.
             await self._converge_upstream(rt)
-        if not condition_true(obj, "AgentctlReady") or rt.client is None:
+        if not agentctl_ready or rt.client is None:
             raise RequestError(
                 ErrorCode.AGENTCTL_NOT_READY,
                 f"agentctl of {agent_id(*key)} is not ready yet; wait for its readiness notification",
@@ -346,10 +340,10 @@ class AgentRegistry:
         await asyncio.shield(task)
 
     async def _start_and_wait(self, key: Key) -> None:
-        obj = self.session(key)
-        if obj["metadata"].get("deletionTimestamp"):
+        session = SessionView(self.session(key))
+        if session.deleting:
             raise RequestError(ErrorCode.CONFLICT, f"{agent_id(*key)} is being deleted")
-        if is_suspended(obj):
+        if session.suspended:
             try:
                 await self.kube.patch(AGENT_SESSIONS, key[0], key[1], {"spec": {"suspend": False}})
             except KubeError as exc:
@@ -360,34 +354,31 @@ class AgentRegistry:
         def ready(current: Manifest | None) -> bool:
             if current is None:
                 return True
+            view = SessionView(current)
             return (
-                not is_suspended(current)
-                and condition_true(current, "AgentctlReady")
-                and condition_true(current, "AgentInitialized")
-            ) or (current.get("status") or {}).get("phase") == "Failed"
+                not view.suspended
+                and view.condition_true("AgentctlReady")
+                and view.condition_true("AgentInitialized")
+            ) or view.status.phase == "Failed"
 
         try:
             current = await self.cache.wait_for(key, ready, self.init_timeout)
         except TimeoutError:
-            obj = self.cache.get(key) or {}
-            reason = next(
-                (
-                    c.get("message")
-                    for c in (obj.get("status") or {}).get("conditions", [])
-                    if c.get("type") == "Ready"
-                ),
-                "no status yet",
-            )
+            last = self.cache.get(key)
+            summary = SessionView(last).condition("Ready") if last is not None else None
+            reason = summary.message if summary is not None else "no status yet"
             raise RequestError(
                 ErrorCode.TIMEOUT,
                 f"{agent_id(*key)} did not become ready within {self.init_timeout:.0f}s: {reason}",
             ) from None
         if current is None:
             raise RequestError(ErrorCode.NOT_FOUND, f"{agent_id(*key)} was deleted while starting")
-        if (current.get("status") or {}).get("phase") == "Failed":
-            ready_condition = next(c for c in current["status"]["conditions"] if c["type"] == "Ready")
+        failed = SessionView(current)
+        if failed.status.phase == "Failed":
+            summary = failed.condition("Ready")
             raise RequestError(
-                ErrorCode.CONFLICT, f"{agent_id(*key)} failed: {ready_condition.get('message')}"
+                ErrorCode.CONFLICT,
+                f"{agent_id(*key)} failed: {summary.message if summary else 'no reason given'}",
             )
         rt = self.runtime(key)
         await self._converge_upstream(rt)
@@ -443,14 +434,4 @@ class AgentRegistry:
         self.subscribers.discard(sub)
         for rt in self.runtimes.values():
             if sub in rt.shell_subscribers:
-                self._spawn(self.shell_unsubscribe(rt.key, sub))
-
-
-async def close_quietly(obj: Any) -> None:
-    with contextlib.suppress(Exception):
-        await obj.close()
-
-
-def metrics_touch() -> None:
-    metrics.UPSTREAM_STREAMS.labels("updates")
-    metrics.UPSTREAM_STREAMS.labels("shell")
+                self._tasks.spawn(self.shell_unsubscribe(rt.key, sub), f"leave the shell of {rt.id}")

@@ -20,6 +20,7 @@ from agentsession.gateway import metrics
 from agentsession.gateway.auth import Authenticator, Identity
 from agentsession.gateway.codec import Codec, Frame
 from agentsession.gateway.events import AgentUpdate, ErrorCode, Event, Failure
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Connection:
         self.closed = False
         self.dropped_slow = False
         self._writer: asyncio.Task[None] | None = None
+        self._tasks = Supervisor("gateway connection", log)
 
     # --- authorization ---
 
@@ -119,7 +121,7 @@ class Connection:
     # --- sending ---
 
     def start(self) -> None:
-        self._writer = asyncio.create_task(self._write_loop())
+        self._writer = self._tasks.spawn(self._write_loop(), "writer")
 
     def deliver(self, event: Event) -> None:
         if self.closed:
@@ -155,7 +157,7 @@ class Connection:
             f"this client read too slowly: more than {self._queue.maxsize} messages were waiting; reconnect",
         )
         frame = self.codec.encode(failure)
-        asyncio.get_running_loop().create_task(self._close_slow(frame))
+        self._tasks.spawn(self._close_slow(frame), "close a slow client")
 
     async def _close_slow(self, frame: Frame | None) -> None:
         self.closed = True
@@ -188,10 +190,7 @@ class Connection:
 
     async def close(self) -> None:
         self.closed = True
-        if self._writer:
-            self._writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._writer
+        await self._tasks.close()
 
     def describe(self) -> dict[str, Any]:
         return {"user": self.identity.username, "dialect": self.codec.name}

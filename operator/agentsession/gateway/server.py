@@ -30,6 +30,7 @@ from agentsession.gateway.service import Service
 from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.gateway.watch_cache import SessionCache
 from agentsession.kube.client import Kube, connect
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
 
 
 async def _serve(conn: Connection, service: Service) -> None:
-    tasks: set[asyncio.Task[None]] = set()
+    requests = Supervisor("gateway request", log)
     try:
         async for msg in conn.ws:
             if conn.closed:
@@ -133,16 +134,13 @@ async def _serve(conn: Connection, service: Service) -> None:
                     conn.deliver(decoded)
                     continue
                 # Requests run concurrently: a slow initialize must not hold up a ping or a prompt.
-                task = asyncio.create_task(service.handle(conn, decoded))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                requests.spawn(service.handle(conn, decoded), decoded.action)
             elif msg.type == WSMsgType.BINARY:
                 conn.deliver(Failure(ErrorCode.BAD_REQUEST, "binary frames are not accepted; send JSON text"))
             elif msg.type == WSMsgType.ERROR:
                 break
     finally:
-        for task in tasks:
-            task.cancel()
+        await requests.close()
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -202,14 +200,13 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
             ttl=config.auth_cache_ttl,
             max_entries=config.auth_cache_size,
         )
-        nagger = None
+        background = Supervisor("gateway", log)
         if config.insecure_dev_mode:
             log.warning(DEV_MODE_WARNING)
-            nagger = asyncio.create_task(_dev_mode_nagger(config.dev_warning_interval))
+            background.spawn(_dev_mode_nagger(config.dev_warning_interval), "insecure dev mode warning")
         cache.start()
         yield
-        if nagger:
-            nagger.cancel()
+        await background.close()
         await cache.stop()
         await registry.close()
         await http.close()

@@ -12,9 +12,9 @@ from agentsession.gateway.agents import AgentRegistry, split_id
 from agentsession.gateway.commands import Command
 from agentsession.gateway.connection import Connection
 from agentsession.gateway.events import AgentctlReady, AgentUpdate, ErrorCode, Failure, Reply, RequestError
-from agentsession.gateway.status import condition_true
 from agentsession.gateway.upstream import request_error
 from agentsession.gateway.watch_cache import Key
+from agentsession.kube.views import SessionView
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +93,14 @@ class Service:
         if cmd.action == c.INITIALIZE:
             return await self._initialize(conn, key, agent)
         if cmd.action == c.SUBSCRIBE:
-            obj = reg.session(key)
+            session = SessionView(reg.session(key))
             info = reg.info(key)
-            ready = condition_true(obj, "AgentctlReady")
+            ready = session.condition_true("AgentctlReady")
             reply: dict[str, Any] = {"success": True, "task_id": agent, "status": info["status"] if info else None,
                                      "agentctl_ready": ready, "_after": 1 << 62}  # fmt: skip
             if ready:
                 # Subscribed after readiness: say so at once rather than leave the client waiting for it.
-                reply["_follow"] = [AgentctlReady(agent, (obj.get("status") or {}).get("podUID"))]
+                reply["_follow"] = [AgentctlReady(agent, session.status.podUID)]
             return reply
         if cmd.action == "unsubscribe":
             conn.drop_updates(agent)
@@ -120,8 +120,7 @@ class Service:
             )
             return {"agentId": agent, "permissionId": cmd.args["permissionId"], "outcome": answered.outcome}
         if cmd.action == c.SHELL_STATUS:
-            obj = reg.session(key)
-            ready = condition_true(obj, "AgentctlReady")
+            ready = SessionView(reg.session(key)).condition_true("AgentctlReady")
             shell = await (await reg.ready_client(key)).shell_status() if ready else None
             return {"task_id": agent, "agentctl_ready": ready, "running": bool(shell and shell.running),
                     "cwd": shell.cwd if shell else None, "exit_code": shell.exit_code if shell else None}  # fmt: skip

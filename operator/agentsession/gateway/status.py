@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentsession.api.models import ConditionType
 from agentsession.kube.views import SessionView
 
 AgentStatus = Literal["uninitialized", "initializing", "ready", "processing", "completed", "failed", "killed"]
@@ -41,14 +40,6 @@ class LiveState:
 
 def agent_id(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
-
-
-def condition_true(session: Manifest, kind: ConditionType) -> bool:
-    return SessionView(session).condition_true(kind)
-
-
-def is_suspended(session: Manifest) -> bool:
-    return SessionView(session).suspended
 
 
 def derive_status(session: SessionView, live: LiveState | None) -> tuple[AgentStatus, str | None]:

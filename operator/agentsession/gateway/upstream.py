@@ -9,7 +9,6 @@ told by its `journal_id`), its seqs are all new and the stream starts over from 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from agentsession.agentctl_api import StatusResponse
 from agentsession.agentctl_client import AgentctlApi, AgentctlError, ShellChannel
 from agentsession.gateway import metrics
 from agentsession.gateway.events import ErrorCode, RequestError
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +67,15 @@ class UpdateStream:
         self._on_entry = on_entry
         self._on_status = on_status
         self._on_connected = on_connected
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = Supervisor("agentctl update stream", log)
         self.connected = False
         self.reconnects = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"upstream-{self.client.endpoint}")
+        self._tasks.spawn(self._run(), self.client.endpoint)
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.close()
 
     async def _run(self) -> None:
         failures = 0
@@ -133,19 +130,16 @@ class ShellStream:
         self.client = client
         self._on_frame = on_frame
         self._channel: ShellChannel | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = Supervisor("agentctl shell stream", log)
         self._ready = asyncio.Event()
 
     async def start(self, within: float = 10.0) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"shell-{self.client.endpoint}")
+        self._tasks.spawn(self._run(), self.client.endpoint)
         async with asyncio.timeout(within):
             await self._ready.wait()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._tasks.close()
 
     async def send_input(self, data: str) -> None:
         if self._channel is None:

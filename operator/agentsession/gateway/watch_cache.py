@@ -8,7 +8,6 @@ too old) relists and reports the difference as ordinary changes, so listeners ne
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -19,6 +18,7 @@ from agentsession.gateway import metrics
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Gone
 from agentsession.kube.resources import AGENT_SESSIONS
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class SessionCache:
         self._objects: dict[Key, Manifest] = {}
         self._listeners: list[Listener] = []
         self._synced: dict[str | None, asyncio.Event] = {ns: asyncio.Event() for ns in self._namespaces}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = Supervisor("AgentSession watch", log)
         self._changed = asyncio.Condition()
         self.last_event_at = time.monotonic()
         self.relists = 0
@@ -88,15 +88,10 @@ class SessionCache:
 
     def start(self) -> None:
         for ns in self._namespaces:
-            self._tasks.append(asyncio.create_task(self._run(ns), name=f"watch-{ns or 'all'}"))
+            self._tasks.spawn(self._run(ns), ns or "all namespaces")
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        await self._tasks.close()
 
     async def _run(self, namespace: str | None) -> None:
         version: str | None = None

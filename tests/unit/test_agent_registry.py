@@ -1,0 +1,257 @@
+"""The gateway's registry against the in-memory API server and agentctl: readiness, lazy start, fan-out of a
+turn, agentctl restarts, pod replacement and deletion, each in milliseconds. The operator's part (writing the
+status) is played by the test; the cluster tier proves the same on real parts."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from agentsession.agentctl_api import StartRequest
+from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector
+from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
+from agentsession.gateway.agents import AgentRegistry
+from agentsession.gateway.events import (
+    AgentctlReady,
+    AgentRemoved,
+    AgentStatusChanged,
+    AgentUpdate,
+    ErrorCode,
+    Event,
+    RequestError,
+)
+from agentsession.gateway.watch_cache import SessionCache
+from agentsession.kube.fake import FakeKube
+from agentsession.kube.resources import AGENT_SESSIONS
+
+NS, NAME = "team", "s1"
+KEY = (NS, NAME)
+AGENT = f"{NS}/{NAME}"
+T = "2026-01-01T12:00:00Z"
+
+
+def endpoint(pod_ip: str) -> str:
+    return f"http://{pod_ip}:9999"
+
+
+def status(*, ready: bool, pod_uid: str = "pod-1", pod_ip: str = "10.0.0.7", phase: str | None = None,
+           message: str = "") -> dict[str, Any]:  # fmt: skip
+    def condition(kind: str, true: bool) -> dict[str, Any]:
+        reason = {True: "Ready", False: "Starting"}[true]
+        return {
+            "type": kind,
+            "status": str(true),
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": T,
+        }
+
+    return {
+        "phase": phase or ("Ready" if ready else "Starting"),
+        "conditions": [condition(k, ready) for k in ("AgentctlReady", "AgentInitialized", "Ready")],
+        "podUID": pod_uid,
+        "podIP": pod_ip,
+        "agentctlEndpoint": endpoint(pod_ip) if ready else None,
+        "acp": {"sessionId": "acp-1", "currentModeId": "code"} if ready else None,
+    }
+
+
+class Client:
+    """A connected client that may see everything and wants every update."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def deliver(self, event: Event) -> None:
+        self.events.append(event)
+
+    def may_see(self, namespace: str) -> bool | None:
+        return True
+
+    async def authorize_namespace(self, namespace: str) -> bool:
+        return True
+
+    def wants_updates(self, agent_id: str) -> bool:
+        return True
+
+    def statuses(self) -> list[str]:
+        return [e.info["status"] for e in self.events if isinstance(e, AgentStatusChanged)]
+
+    def updates(self) -> list[int]:
+        return [e.seq for e in self.events if isinstance(e, AgentUpdate)]
+
+
+async def until(what: str, predicate: Callable[[], bool], within: float = 5.0) -> None:
+    async with asyncio.timeout(within):
+        while not predicate():  # noqa: ASYNC110  (the predicates read state no single Event covers)
+            await asyncio.sleep(0.005)
+    assert predicate(), what
+
+
+class Gateway:
+    def __init__(self) -> None:
+        self.kube = FakeKube()
+        self.agentctls = FakeAgentctlConnector()
+        self.cache = SessionCache(self.kube, [NS], inactivity_timeout=5, server_timeout=60)
+        self.registry = AgentRegistry(self.cache, self.kube, self.agentctls, init_timeout=2.0)
+        self.client = Client()
+        self.registry.subscribers.add(self.client)
+
+    def connected(self) -> bool:
+        runtime = self.registry.runtimes.get(KEY)
+        return runtime is not None and runtime.connected.is_set()
+
+    def agentctl(self, pod_ip: str = "10.0.0.7") -> FakeAgentctl:
+        return self.agentctls.agent(endpoint(pod_ip))
+
+    async def session(self, *, suspend: bool = False, **state: Any) -> None:
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": NAME, "namespace": NS},
+                "spec": {"agent": {"type": "demo"}, "suspend": suspend}}  # fmt: skip
+        await self.kube.create(body)
+        token = base64.b64encode(b"secret-token").decode()
+        await self.kube.create({"apiVersion": "v1", "kind": "Secret", "data": {TOKEN_KEY: token},
+                                "metadata": {"name": f"{NAME}-agentctl-token", "namespace": NS}})  # fmt: skip
+        if state:
+            await self.operator_writes(**state)
+
+    async def operator_writes(self, **state: Any) -> None:
+        """Writes the status as the operator does: AgentInitialized only after its start call succeeded."""
+        agentctl = self.agentctl(state.get("pod_ip", "10.0.0.7"))
+        if state.get("ready") and agentctl.agent_state == "stopped":
+            await agentctl.start(StartRequest())
+        await self.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": status(**state)}, status=True)
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[Gateway]:
+    world = Gateway()
+    world.cache.start()
+    await world.cache.wait_synced()
+    yield world
+    await world.registry.close()
+    await world.cache.stop()
+
+
+async def test_readiness_is_announced_and_the_update_stream_opened(gateway: Gateway) -> None:
+    await gateway.session(ready=False)
+    await until("initializing", lambda: gateway.client.statuses() == ["initializing"])
+    await gateway.operator_writes(ready=True)
+    await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
+    ready = [e for e in gateway.client.events if isinstance(e, AgentctlReady)]
+    assert [(e.agent_id, e.task_session_id) for e in ready] == [(AGENT, "pod-1")]
+    assert gateway.agentctls.connections[0] == (endpoint("10.0.0.7"), "secret-token")
+    assert (await gateway.registry.ready_client(KEY)).endpoint == endpoint("10.0.0.7")
+
+
+async def test_a_turn_is_fanned_out_between_processing_and_ready(gateway: Gateway) -> None:
+    await gateway.session(ready=True)
+    await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
+    agentctl = gateway.agentctl()
+    await until("stream open", lambda: gateway.connected())
+    await (await gateway.registry.ready_client(KEY)).prompt("hello")
+    await until(
+        "turn over", lambda: gateway.client.statuses()[-1:] == ["ready"] and bool(gateway.client.updates())
+    )
+    assert gateway.client.updates() == [e.seq for e in agentctl.journal]
+    first_update = next(i for i, e in enumerate(gateway.client.events) if isinstance(e, AgentUpdate))
+    processing = gateway.client.statuses().index("processing")
+    assert isinstance(gateway.client.events[first_update - 1], AgentStatusChanged), "status change first"
+    assert processing >= 0
+
+
+async def test_an_agentctl_restart_resumes_the_stream_without_losing_or_repeating(gateway: Gateway) -> None:
+    await gateway.session(ready=True)
+    agentctl = gateway.agentctl()
+    await until("stream open", lambda: gateway.connected())
+    agentctl.append(
+        "session_update", {"sessionId": "acp-1", "update": {"sessionUpdate": "agent_message_chunk"}}
+    )
+    await until("first entry", lambda: gateway.client.updates() == [1])
+    agentctl.restart()
+    # Written while no stream is open: delivered after the reconnect, once.
+    agentctl.append(
+        "session_update", {"sessionId": "acp-1", "update": {"sessionUpdate": "agent_message_chunk"}}
+    )
+    await until("second entry", lambda: gateway.client.updates() == [1, 2])
+    agentctl.append("turn_end", {"stopReason": "end_turn"})
+    await until("third entry", lambda: gateway.client.updates() == [1, 2, 3])
+
+
+async def test_a_fresh_journal_is_followed_from_its_start(gateway: Gateway) -> None:
+    await gateway.session(ready=True)
+    agentctl = gateway.agentctl()
+    await until("stream open", lambda: gateway.connected())
+    for _ in range(3):
+        agentctl.append("session_update", {"update": {"sessionUpdate": "agent_message_chunk"}})
+    await until("three entries", lambda: gateway.client.updates() == [1, 2, 3])
+    agentctl.restart(new_journal=True)
+    agentctl.append("session_update", {"update": {"sessionUpdate": "agent_message_chunk"}})
+    await until("the new journal's first entry", lambda: gateway.client.updates() == [1, 2, 3, 1])
+
+
+async def test_a_replaced_pod_moves_the_stream_to_the_new_agentctl(gateway: Gateway) -> None:
+    await gateway.session(ready=True)
+    await until("stream open", lambda: gateway.connected())
+    await gateway.operator_writes(ready=True, pod_uid="pod-2", pod_ip="10.0.0.8")
+    await until(
+        "new endpoint", lambda: (endpoint("10.0.0.8"), "secret-token") in gateway.agentctls.connections
+    )
+    gateway.agentctl("10.0.0.8").append(
+        "session_update", {"update": {"sessionUpdate": "agent_message_chunk"}}
+    )
+    await until("entry of the new agentctl", lambda: gateway.client.updates()[-1:] == [1])
+
+
+async def test_initialize_resumes_a_suspended_session_once_for_concurrent_callers(gateway: Gateway) -> None:
+    await gateway.session(suspend=True)
+    await until("cached", lambda: gateway.cache.get(KEY) is not None)
+    waiters = [asyncio.create_task(gateway.registry.start_and_wait(KEY)) for _ in range(3)]
+    await until("resumed", lambda: "patch AgentSession s1" in gateway.kube.verbs())
+    await gateway.operator_writes(ready=True)
+    await asyncio.gather(*waiters)
+    assert gateway.kube.verbs().count("patch AgentSession s1") == 1
+    assert gateway.kube.find(KIND, NS, NAME)["spec"]["suspend"] is False  # type: ignore[index]
+    assert gateway.connected()
+
+
+async def test_initialize_reports_a_failed_session_with_its_reason(gateway: Gateway) -> None:
+    await gateway.session(suspend=True)
+    await until("cached", lambda: gateway.cache.get(KEY) is not None)
+    waiting = asyncio.create_task(gateway.registry.start_and_wait(KEY))
+    await until("resumed", lambda: "patch AgentSession s1" in gateway.kube.verbs())
+    await gateway.operator_writes(ready=False, phase="Failed", message="image not found")
+    with pytest.raises(RequestError) as failed:
+        await waiting
+    assert failed.value.code == ErrorCode.CONFLICT
+    assert "image not found" in failed.value.message
+
+
+async def test_initialize_times_out_with_the_reason_the_session_shows(gateway: Gateway) -> None:
+    await gateway.session(ready=False, message="waiting for the scheduler")
+    await until("cached", lambda: gateway.cache.get(KEY) is not None)
+    with pytest.raises(RequestError) as late:
+        await gateway.registry.start_and_wait(KEY)
+    assert late.value.code == ErrorCode.TIMEOUT
+    assert "waiting for the scheduler" in late.value.message
+
+
+async def test_a_client_asking_before_readiness_is_told_to_wait(gateway: Gateway) -> None:
+    await gateway.session(ready=False)
+    await until("cached", lambda: gateway.cache.get(KEY) is not None)
+    with pytest.raises(RequestError) as early:
+        await gateway.registry.ready_client(KEY)
+    assert early.value.code == ErrorCode.AGENTCTL_NOT_READY
+
+
+async def test_a_deleted_session_is_announced_and_its_stream_closed(gateway: Gateway) -> None:
+    await gateway.session(ready=True)
+    await until("stream open", lambda: gateway.connected())
+    await gateway.kube.delete(AGENT_SESSIONS, NS, NAME)
+    await until("removed", lambda: any(isinstance(e, AgentRemoved) for e in gateway.client.events))
+    removed = next(e for e in gateway.client.events if isinstance(e, AgentRemoved))
+    assert removed.info["status"] == "killed"
+    assert KEY not in gateway.registry.runtimes

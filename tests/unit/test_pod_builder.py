@@ -7,6 +7,7 @@ import pytest
 from kubernetes.utils.quantity import parse_quantity
 
 from agentsession.api.models import AgentSessionSpec, CABundleSource
+from agentsession.api.session_ref import SessionRef
 from agentsession.controller.config import AgentProfile, OperatorConfig
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
@@ -15,7 +16,6 @@ from agentsession.controller.pod_builder import (
     build_token_secret,
     build_workspace_claim,
 )
-from agentsession.controller.session_ref import SessionRef
 from tests.support.pod_security import restricted_violations
 
 SESSION = SessionRef(namespace="team-a", name="fix-bug", uid="1234-uid", generation=3)

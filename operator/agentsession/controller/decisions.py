@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from agentsession.agentctl_api import StartRequest, StatusResponse
+from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, AgentSessionStatus
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.durations import parse_duration
@@ -29,7 +30,6 @@ from agentsession.controller.rejections import retry_after
 from agentsession.controller.status_mapper import Observation, start_due
 from agentsession.kube.views import PodView, SessionView
 
-Manifest = dict[str, Any]
 # When agentctl cannot say how long the agent has been idle, it is asked again after at most this long.
 IDLE_RETRY_SECONDS = 30.0
 

@@ -13,7 +13,6 @@ import json
 import math
 import shlex
 from decimal import Decimal
-from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
@@ -34,12 +33,11 @@ from agentsession.api.constants import (
     token_secret_name,
     workspace_claim_name,
 )
+from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, CABundleSource, ResourceRequirements
+from agentsession.api.session_ref import SessionRef
 from agentsession.controller.config import AgentProfile, OperatorConfig, Resources
 from agentsession.controller.durations import parse_duration
-from agentsession.controller.session_ref import SessionRef
-
-Manifest = dict[str, Any]
 
 SPEC_HASH_ANNOTATION = "agentsession.dev/pod-spec-hash"
 AGENT_IN = f"{FIFO_DIR}/agent.in"

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import ValidationError
 
 from agentsession.agentctl_client import AgentctlConnector, AgentctlError
 from agentsession.api.constants import MANAGER, pod_name
+from agentsession.api.manifest import Manifest
 from agentsession.api.models import AcpStatus, AgentSessionSpec, AgentSessionStatus, ConditionType, Phase
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
@@ -50,7 +50,6 @@ from agentsession.kube.ops import create_or_read, post_event, read_session_token
 from agentsession.kube.resources import AGENT_SESSIONS, EVENTS, PODS
 from agentsession.kube.views import PodView, SessionView
 
-Manifest = dict[str, Any]
 PodLookup = Callable[[str, str], Manifest | None]
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from agentsession.api.constants import AGENT_CONTAINER, AGENTCTL_CONTAINER
+from agentsession.api.manifest import Manifest
 from agentsession.api.models import (
     AgentSessionStatus,
     Condition,
@@ -20,8 +20,6 @@ from agentsession.api.models import (
     StartupTimings,
 )
 from agentsession.controller.rejections import QUOTA_REASON, REJECTED_REASONS, Rejection
-
-Manifest = dict[str, Any]
 
 CONDITION_ORDER: tuple[ConditionType, ...] = (
     "PodScheduled",

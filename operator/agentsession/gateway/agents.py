@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from agentsession.agentctl_api import StatusResponse, mode_config_option
 from agentsession.agentctl_client import AgentctlApi, AgentctlConnector
+from agentsession.api.manifest import Manifest
 from agentsession.gateway.events import (
     AgentctlReady,
     AgentRemoved,
@@ -28,7 +29,7 @@ from agentsession.gateway.events import (
 )
 from agentsession.gateway.status import LiveState, agent_id, agent_info
 from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateStream
-from agentsession.gateway.watch_cache import Key, Manifest, SessionCache
+from agentsession.gateway.watch_cache import Key, SessionCache
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError
 from agentsession.kube.ops import read_session_token

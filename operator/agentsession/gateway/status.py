@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentsession.api.manifest import Manifest
 from agentsession.kube.views import SessionView
 
 AgentStatus = Literal["uninitialized", "initializing", "ready", "processing", "completed", "failed", "killed"]
-Manifest = dict[str, Any]
 
 AGENT_INFO_FIELDS = (
     "id",

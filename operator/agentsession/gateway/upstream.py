@@ -13,17 +13,16 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from agentsession.agentctl_api import StatusResponse
 from agentsession.agentctl_client import AgentctlApi, AgentctlError, ShellChannel
+from agentsession.api.manifest import Manifest
 from agentsession.gateway import metrics
 from agentsession.gateway.events import ErrorCode, RequestError
 from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
-Manifest = dict[str, Any]
 
 # agentctl's refusals that mean the same to the gateway's client; any other is agentctl's own failure.
 _REFUSALS = {404: ErrorCode.NOT_FOUND, 409: ErrorCode.CONFLICT, 422: ErrorCode.VALIDATION_ERROR}

@@ -12,8 +12,8 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
 
+from agentsession.api.manifest import Manifest
 from agentsession.gateway import metrics
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Gone
@@ -22,7 +22,6 @@ from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
-Manifest = dict[str, Any]
 Key = tuple[str, str]
 # (event type ADDED|MODIFIED|DELETED, previous object or None, current object)
 Listener = Callable[[str, Manifest | None, Manifest], None]

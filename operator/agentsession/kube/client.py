@@ -16,10 +16,10 @@ from typing import Any, Literal, Protocol
 import aiohttp
 from kubernetes_asyncio import client, config
 
+from agentsession.api.manifest import Manifest
 from agentsession.kube.errors import KubeError, KubeUnavailable, error_from_answer, error_from_status
 from agentsession.kube.resources import Resource, resource_of
 
-Manifest = dict[str, Any]
 WatchType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 ApiCall = Callable[..., Awaitable[Any]]
 MERGE_PATCH = "application/merge-patch+json"

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agentsession.kube.client import Listing, Manifest, WatchEvent, WatchType
+from agentsession.api.manifest import Manifest
+from agentsession.kube.client import Listing, WatchEvent, WatchType
 from agentsession.kube.errors import KubeError, error_from_status
 from agentsession.kube.resources import Resource, resource_of
 

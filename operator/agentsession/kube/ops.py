@@ -8,7 +8,8 @@ import time
 from datetime import UTC, datetime
 
 from agentsession.api.constants import TOKEN_KEY, token_secret_name
-from agentsession.kube.client import Kube, Manifest
+from agentsession.api.manifest import Manifest
+from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.resources import SECRETS, resource_of
 

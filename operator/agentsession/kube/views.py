@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import logging
 from functools import cached_property
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from pydantic import ValidationError
 
+from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionStatus, Condition, ConditionType
-from agentsession.controller.session_ref import SessionRef
+from agentsession.api.session_ref import SessionRef
 
-Manifest = dict[str, Any]
 log = logging.getLogger(__name__)
 
 

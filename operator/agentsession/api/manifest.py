@@ -1,0 +1,5 @@
+"""A Kubernetes object as the API serves it: plain JSON (camelCase), as read from and written to the wire."""
+
+from typing import Any
+
+Manifest = dict[str, Any]

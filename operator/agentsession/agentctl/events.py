@@ -67,10 +67,6 @@ class EventHub:
         self._subs: set[Subscription] = set()
         self._listeners: list[Callable[[Entry], None]] = []
 
-    @property
-    def subscriber_count(self) -> int:
-        return len(self._subs)
-
     def subscribe(self, kinds: frozenset[str] | None = None) -> Subscription:
         sub = Subscription(self, kinds)
         self._subs.add(sub)

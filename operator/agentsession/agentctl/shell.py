@@ -49,10 +49,6 @@ class ShellSession:
     def running(self) -> bool:
         return self._proc is not None and self._proc.returncode is None
 
-    @property
-    def subscriber_count(self) -> int:
-        return len(self._subscribers)
-
     def status(self) -> dict[str, Any]:
         return {
             "running": self.running,

@@ -25,7 +25,6 @@ AGENTCTL_CONTAINER: Final = "agentctl"
 AGENT_CONTAINER: Final = "agent"
 TOKEN_KEY: Final = "token"
 FIFO_DIR: Final = "/run/agentctl"
-DEFAULT_MOUNT_PATH: Final = "/workspace"
 
 
 def pod_name(session: str) -> str:

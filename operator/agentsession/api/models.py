@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agentsession.agentctl_api import AgentIdentity, SessionMode
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Go duration syntax, which CEL's duration() parses, so rules can compare durations.
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,11 +14,6 @@ class SessionRef:
     name: str
     uid: str
     generation: int = 0
-
-    @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> SessionRef:
-        meta = body["metadata"]
-        return cls(meta["namespace"], meta["name"], meta["uid"], int(meta.get("generation") or 0))
 
     @property
     def key(self) -> tuple[str, str]:

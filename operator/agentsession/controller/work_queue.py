@@ -11,6 +11,8 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
+from agentsession.tasks import Supervisor
+
 Key = tuple[str, str]
 ReconcileFn = Callable[[str, str], Awaitable[float | None]]
 
@@ -21,6 +23,7 @@ MAX_BACKOFF_SECONDS = 60.0
 class WorkQueue:
     def __init__(self, reconcile: ReconcileFn) -> None:
         self._reconcile = reconcile
+        self._tasks = Supervisor("reconcile", log)
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
@@ -33,7 +36,7 @@ class WorkQueue:
         if key in self._running:
             self._dirty.add(key)
             return
-        self._running[key] = asyncio.create_task(self._run(key), name=f"reconcile {key[0]}/{key[1]}")
+        self._running[key] = self._tasks.spawn(self._run(key), f"{key[0]}/{key[1]}")
 
     def requeue(self, key: Key, delay: float) -> None:
         if key in self._timers:
@@ -77,7 +80,4 @@ class WorkQueue:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        tasks = list(self._running.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.close()

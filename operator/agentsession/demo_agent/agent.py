@@ -55,6 +55,7 @@ from acp.schema import (
 )
 
 from agentsession.demo_agent.store import SessionFile, valid_session_id
+from agentsession.tasks import Supervisor
 
 MODES = (
     SessionMode(id="ask", name="Ask", description="Answer questions; ask before changing anything"),
@@ -95,7 +96,7 @@ class DemoAgent:
         self._forget_sessions = forget_sessions
         # Like gemini-cli: session/load answers at once and streams the history after its answer.
         self._replay_after_load = replay_after_load
-        self._background: list[asyncio.Task[None]] = []
+        self._background = Supervisor("demo agent")
         self._modes_as_config_option = modes_as_config_option
         # Like Codex without a configured provider: sessions need an `authenticate` with this API-key variable.
         self._key_variable = key_variable
@@ -225,7 +226,7 @@ class DemoAgent:
             replay.append(update)
         self._sessions[session_id] = session
         if self._replay_after_load:
-            self._background.append(asyncio.create_task(self._replay(session_id, replay)))
+            self._background.spawn(self._replay(session_id, replay), f"replay {session_id}")
         else:
             await self._replay(session_id, replay)
         return LoadSessionResponse(**self._mode_state(session))

@@ -80,7 +80,6 @@ class ErrorCode:
     UNKNOWN_ACTION = "unknown_action"
     VALIDATION_ERROR = "validation_error"
     NOT_FOUND = "not_found"
-    UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     CONFLICT = "conflict"
     TIMEOUT = "timeout"

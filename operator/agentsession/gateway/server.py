@@ -16,7 +16,6 @@ from agentsession.gateway import metrics
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.auth import (
     DEV_IDENTITY,
-    SUBPROTOCOL_PREFIX,
     Authenticator,
     AuthError,
     extract_token,
@@ -214,10 +213,6 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
 
     app.cleanup_ctx.append(lifecycle)
     return app
-
-
-def subprotocol_token_entry(token: str) -> str:
-    return SUBPROTOCOL_PREFIX + token
 
 
 async def close_all(app: web.Application) -> None:

@@ -68,7 +68,6 @@ class UpdateStream:
         self._on_connected = on_connected
         self._tasks = Supervisor("agentctl update stream", log)
         self.connected = False
-        self.reconnects = 0
 
     def start(self) -> None:
         self._tasks.spawn(self._run(), self.client.endpoint)
@@ -89,7 +88,6 @@ class UpdateStream:
                 failures += 1
                 log.info("agentctl update stream at %s dropped: %s", self.client.endpoint, exc)
             self._set_connected(False)
-            self.reconnects += 1
             metrics.UPSTREAM_RECONNECTS.labels("updates").inc()
             await asyncio.sleep(_backoff(failures))
 

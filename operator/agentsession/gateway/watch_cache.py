@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Callable
 
 from agentsession.api.manifest import Manifest
@@ -52,9 +51,6 @@ class SessionCache:
         self._synced: dict[str | None, asyncio.Event] = {ns: asyncio.Event() for ns in self._namespaces}
         self._tasks = Supervisor("AgentSession watch", log)
         self._changed = asyncio.Condition()
-        self.last_event_at = time.monotonic()
-        self.relists = 0
-        self.watch_restarts = 0
 
     # --- reading ---
 
@@ -110,7 +106,6 @@ class SessionCache:
                 continue
             except Exception as exc:
                 failures += 1
-                self.watch_restarts += 1
                 metrics.WATCH_RESTARTS.inc()
                 delay = min(self._backoff_max, 0.2 * 2 ** min(failures, 8)) * random.uniform(0.5, 1.0)
                 log.warning(
@@ -121,7 +116,6 @@ class SessionCache:
 
     async def _list(self, namespace: str | None) -> str:
         listing = await self._kube.list(AGENT_SESSIONS, namespace)
-        self.relists += 1
         fresh = {key_of(obj): obj for obj in listing.items}
         stale = [k for k in self._objects if (namespace is None or k[0] == namespace) and k not in fresh]
         for key in stale:
@@ -146,7 +140,6 @@ class SessionCache:
             inactivity_timeout=self._inactivity,
         )
         async for event in events:
-            self.last_event_at = time.monotonic()
             obj = event.object
             version = obj.get("metadata", {}).get("resourceVersion") or version
             if event.type == "BOOKMARK":

@@ -15,6 +15,7 @@ from agentsession.controller.status_mapper import (
     map_status,
     termination_tail,
 )
+from agentsession.kube.views import EventView
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = "2026-01-01T11:59:50Z"
@@ -414,7 +415,8 @@ def test_only_readiness_failures_since_agentctl_started_count() -> None:
         event("Readiness probe failed: statuscode: 503", "2026-01-01T12:00:20Z"),
     ]
     assert (
-        latest_readiness_failure(events, "2026-01-01T12:00:00Z") == "Readiness probe failed: statuscode: 503"
+        latest_readiness_failure(map(EventView, events), "2026-01-01T12:00:00Z")
+        == "Readiness probe failed: statuscode: 503"
     )
-    assert latest_readiness_failure(events[:2], "2026-01-01T12:00:00Z") is None
+    assert latest_readiness_failure(map(EventView, events[:2]), "2026-01-01T12:00:00Z") is None
     assert latest_readiness_failure([], "2026-01-01T12:00:00Z") is None

@@ -48,7 +48,7 @@ from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.ops import create_or_read, post_event, read_session_token
 from agentsession.kube.resources import AGENT_SESSIONS, EVENTS, PODS
-from agentsession.kube.views import PodView, SessionView
+from agentsession.kube.views import EventView, PodView, SessionView
 
 PodLookup = Callable[[str, str], Manifest | None]
 log = logging.getLogger(__name__)
@@ -149,7 +149,8 @@ class Reconciler:
             # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
             selector = f"involvedObject.uid={PodView(pod).uid},reason=Unhealthy,type=Warning"
             events = (await self._kube.list(EVENTS, namespace, field_selector=selector)).items
-            observed = replace(observed, probe_message=latest_readiness_failure(events, since))
+            failure = latest_readiness_failure(map(EventView, events), since)
+            observed = replace(observed, probe_message=failure)
         if pod is not None and token is not None and wants_activity(session, spec, pod):
             try:
                 activity = await self._agentctl(self._endpoint(pod), token).status()

@@ -6,6 +6,7 @@ and say why not, and lastTransitionTime moves only when a condition's status cha
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,6 +21,7 @@ from agentsession.api.models import (
     StartupTimings,
 )
 from agentsession.controller.rejections import QUOTA_REASON, REJECTED_REASONS, Rejection
+from agentsession.kube.views import EventView
 
 CONDITION_ORDER: tuple[ConditionType, ...] = (
     "PodScheduled",
@@ -97,15 +99,15 @@ def agentctl_restart_count(pod: Manifest) -> int:
     return int(status.get("restartCount", 0)) if status else 0
 
 
-def latest_readiness_failure(events: list[Manifest], since: str) -> str | None:
+def latest_readiness_failure(events: Iterable[EventView], since: str) -> str | None:
     """The newest kubelet "Readiness probe failed" message among `events` at or after `since` (when the
     running agentctl started), so failures of the startup probe or of an earlier run do not count."""
     start = _parse_time(since)
     failures = [
-        (moment, str(event["message"]))
+        (moment, event.message)
         for event in events
-        if str(event.get("message", "")).startswith(READINESS_FAILED)
-        and (moment := _parse_time(event.get("lastTimestamp") or event.get("eventTime"))) is not None
+        if event.message.startswith(READINESS_FAILED)
+        and (moment := _parse_time(event.last_seen)) is not None
         and (start is None or moment >= start)
     ]
     return max(failures)[1] if failures else None

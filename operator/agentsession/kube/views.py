@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from functools import cached_property
-from typing import TypedDict
 
 from pydantic import ValidationError
 
@@ -118,11 +117,13 @@ class PodView(_Meta):
         return any(ref.get("uid") == uid for ref in self.meta.get("ownerReferences") or [])
 
 
-class EventBody(TypedDict, total=False):
-    """The fields of a core/v1 Event that the operator reads."""
+class EventView(_Meta):
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message") or "")
 
-    type: str
-    reason: str
-    message: str
-    lastTimestamp: str | None
-    eventTime: str | None
+    @property
+    def last_seen(self) -> str | None:
+        """When the event last happened: core/v1's lastTimestamp, or events.k8s.io's eventTime."""
+        value = self.body.get("lastTimestamp") or self.body.get("eventTime")
+        return str(value) if value else None

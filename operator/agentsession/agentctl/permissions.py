@@ -12,6 +12,7 @@ from typing import Any
 from agentsession.agentctl.clock import format_ts
 from agentsession.agentctl.events import EventHub
 from agentsession.agentctl.metrics import Metrics
+from agentsession.agentctl_api import PendingPermission
 
 PERMISSION_KINDS = frozenset({"permission_request", "permission_resolved"})
 
@@ -28,24 +29,14 @@ class InvalidOption(ValueError):
 
 @dataclass(slots=True)
 class Pending:
-    pending_id: str
-    session_id: str
-    tool_call: dict[str, Any]
-    options: list[dict[str, Any]]
-    created_at: str
-    expires_at: str
+    """A request as clients see it (the wire model), and what only agentctl keeps: its start and its answer."""
+
+    request: PendingPermission
     started: float
     future: asyncio.Future[tuple[dict[str, Any], str]] = field(repr=False)
 
     def public(self) -> dict[str, Any]:
-        return {
-            "pending_id": self.pending_id,
-            "session_id": self.session_id,
-            "tool_call": self.tool_call,
-            "options": self.options,
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-        }
+        return self.request.model_dump()
 
 
 class PermissionBroker:
@@ -67,17 +58,20 @@ class PermissionBroker:
     ) -> dict[str, Any]:
         """Publish the request, wait for an answer; returns the ACP outcome object."""
         now = datetime.now(UTC)
-        pending = Pending(
+        request = PendingPermission(
             pending_id=uuid.uuid4().hex,
             session_id=session_id,
             tool_call=tool_call,
             options=options,
             created_at=format_ts(now),
             expires_at=format_ts(now + timedelta(seconds=self._timeout)),
+        )
+        pending = Pending(
+            request=request,
             started=time.monotonic(),
             future=asyncio.get_running_loop().create_future(),
         )
-        self._pending[pending.pending_id] = pending
+        self._pending[request.pending_id] = pending
         self._hub.publish("permission_request", pending.public())
         try:
             outcome, reason = await asyncio.wait_for(asyncio.shield(pending.future), self._timeout)
@@ -99,7 +93,7 @@ class PermissionBroker:
         if cancelled:
             outcome = CANCELLED
         else:
-            valid = [str(o.get("optionId")) for o in pending.options]
+            valid = [str(o.get("optionId")) for o in pending.request.options]
             if option_id not in valid:
                 raise InvalidOption(f"option_id {option_id!r} is not one of {valid}")
             outcome = {"outcome": "selected", "optionId": option_id}
@@ -111,7 +105,7 @@ class PermissionBroker:
             self._resolve(pending, CANCELLED, reason)
 
     def _resolve(self, pending: Pending, outcome: dict[str, Any], reason: str) -> None:
-        if self._pending.pop(pending.pending_id, None) is None:
+        if self._pending.pop(pending.request.pending_id, None) is None:
             return
         if not pending.future.done():
             pending.future.set_result((outcome, reason))
@@ -119,8 +113,8 @@ class PermissionBroker:
         self._hub.publish(
             "permission_resolved",
             {
-                "pending_id": pending.pending_id,
-                "session_id": pending.session_id,
+                "pending_id": pending.request.pending_id,
+                "session_id": pending.request.session_id,
                 "outcome": outcome,
                 "reason": reason,
             },

@@ -101,7 +101,7 @@ def test_readiness_reaches_status_start_is_called_and_restart_resumes(
 
     wait_until(
         "events of each stage",
-        lambda: sessions.has_events("beta", "PodCreated", "ProbeSucceeded", "Initialized", "Ready"),
+        lambda: sessions.has_events("beta", "PodCreated", "Pending", "Ready"),
         timeout=30,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,12 @@ def test_every_cel_rule_has_a_message() -> None:
 
     collect(_schema())
     assert len(rules) >= 7
-    assert all(rule["message"] and rule["rule"] for rule in rules)
+    assert all(rule["message"] and rule["rule"] and rule["reason"] == "FieldValueInvalid" for rule in rules)
+    # A rule about one field of its object points at that field, so the error names it and not the object.
+    for rule in rules:
+        fields = set(re.findall(r"self\.(\w+)", rule["rule"]))
+        if len(fields) == 1:
+            assert rule.get("fieldPath", "").startswith(f".{fields.pop()}"), rule
 
 
 def test_conditions_are_a_map_keyed_by_type() -> None:

@@ -9,7 +9,7 @@ import pytest
 from agentsession.api.models import AgentSessionStatus
 from agentsession.controller.rejections import Rejection, rejection, retry_after
 from agentsession.controller.status_mapper import Observation, map_status
-from agentsession.controller.transitions import condition_events
+from agentsession.controller.transitions import status_events
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 QUOTA = 'pods "s-agent" is forbidden: exceeded quota: q, requested: pods=1, used: pods=0, limited: pods=0'
@@ -55,5 +55,6 @@ def test_a_refused_pod_is_the_sessions_status_and_a_warning(reason: str, phase: 
     assert ready is not None
     assert (ready.status, ready.reason, ready.message) == ("False", reason, refused.message)
     assert status.phase == phase
-    warnings = [e for e in condition_events(AgentSessionStatus(), status) if e.type == "Warning"]
-    assert [e.reason for e in warnings] == [reason, reason, reason]
+    events = status_events(AgentSessionStatus(), status)
+    assert [(e.type, e.reason) for e in events] == [("Warning", reason)], "one Warning says it, once"
+    assert refused.message in events[0].message

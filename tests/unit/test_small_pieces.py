@@ -11,7 +11,7 @@ from agentsession.agentctl_api import StatusResponse, config_option_modes, mode_
 from agentsession.api.models import AgentSessionStatus, Condition
 from agentsession.controller.durations import parse_duration
 from agentsession.controller.idle import seconds_until_idle
-from agentsession.controller.transitions import condition_events
+from agentsession.controller.transitions import status_events
 from agentsession.controller.watch_health import WatchHealth
 from agentsession.controller.work_queue import WorkQueue
 
@@ -29,27 +29,35 @@ def test_bad_durations_name_the_input(text: str) -> None:
         parse_duration(text)
 
 
-def _status(**pairs: tuple[str, str]) -> AgentSessionStatus:
+def _status(phase: str, **pairs: tuple[str, str]) -> AgentSessionStatus:
     return AgentSessionStatus(
+        phase=phase,  # type: ignore[arg-type]
         conditions=[
             Condition(type=kind, status=status, reason=reason, message=f"{kind} msg", lastTransitionTime=T0)  # type: ignore[arg-type]
             for kind, (status, reason) in pairs.items()
-        ]
+        ],
     )
 
 
-def test_events_only_for_changed_conditions_and_warnings_for_failures() -> None:
-    before = _status(AgentctlReady=("False", "Starting"), Ready=("False", "Starting"))
-    after = _status(AgentctlReady=("False", "ProbeFailing"), Ready=("False", "Starting"))
-    events = condition_events(before, after)
-    assert [(e.type, e.reason) for e in events] == [("Warning", "ProbeFailing")]
-    assert events[0].message == "AgentctlReady=False: AgentctlReady msg"
-    ready = _status(AgentctlReady=("True", "ProbeSucceeded"), Ready=("True", "Ready"))
-    assert [(e.type, e.reason) for e in condition_events(after, ready)] == [
-        ("Normal", "ProbeSucceeded"),
-        ("Normal", "Ready"),
+def test_events_tell_phase_changes_and_new_warnings_once() -> None:
+    pending = _status("Pending", PodScheduled=("False", "Pending"), Ready=("False", "Pending"))
+    starting = _status("Starting", AgentctlReady=("False", "Starting"), Ready=("False", "Starting"))
+    probing = _status("Starting", AgentctlReady=("False", "ProbeFailing"), Ready=("False", "ProbeFailing"))
+    ready = _status("Ready", AgentctlReady=("True", "ProbeSucceeded"), Ready=("True", "Ready"))
+    assert [(e.type, e.reason, e.message) for e in status_events(AgentSessionStatus(), pending)] == [
+        ("Normal", "Pending", "Pending: Ready msg")
     ]
-    assert condition_events(ready, ready) == []
+    assert [(e.type, e.reason) for e in status_events(pending, starting)] == [("Normal", "Starting")]
+    # No phase change, one new warning, told once although two conditions carry it.
+    assert [(e.type, e.reason, e.message) for e in status_events(starting, probing)] == [
+        ("Warning", "ProbeFailing", "AgentctlReady: AgentctlReady msg")
+    ]
+    assert [(e.type, e.reason) for e in status_events(probing, ready)] == [("Normal", "Ready")]
+    assert status_events(ready, ready) == []
+    failed = _status(
+        "Failed", AgentctlReady=("False", "CrashLoopBackOff"), Ready=("False", "CrashLoopBackOff")
+    )
+    assert [(e.type, e.reason) for e in status_events(ready, failed)] == [("Warning", "CrashLoopBackOff")]
 
 
 def test_watch_health_flags_only_lasting_disagreement() -> None:

@@ -47,10 +47,12 @@ def _structural(node: Schema) -> Schema:
     if "anyOf" in node:
         options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
         types = sorted(o.get("type", "") for o in options)
-        if types == ["integer", "string"]:
+        if node.pop("x-agentsession-quantity", False):
+            node = _quantity(options, node)
+        elif types == ["integer", "string"]:
             node["x-kubernetes-int-or-string"] = True
         elif len(options) == 1:
-            node = {**options[0], **node}
+            node = _structural({**options[0], **node})
         else:
             raise ValueError(f"unsupported union in CRD schema: {options}")
     if node.get("default", 0) is None:
@@ -69,6 +71,13 @@ def _structural(node: Schema) -> Schema:
     if "values" in node:
         node["additionalProperties"] = node.pop("values")
     return node
+
+
+def _quantity(options: list[Schema], node: Schema) -> Schema:
+    """A quantity the way controller-gen writes resource.Quantity: integer-or-string, the syntax as a pattern
+    (which applies to strings only); the model's CEL rule refuses negative integers."""
+    text = next(o for o in options if o.get("type") == "string")
+    return {**node, "pattern": text["pattern"], "maxLength": text["maxLength"], "x-kubernetes-int-or-string": True}
 
 
 def openapi_schema(model: type[Any]) -> Schema:
@@ -95,6 +104,8 @@ def crd_manifest() -> dict[str, Any]:
                 "rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
                 "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters "
                 "(it prefixes the names of the session's pod, secret and volume claim)",
+                "reason": "FieldValueInvalid",
+                "fieldPath": ".metadata",
             }
         ],
     }

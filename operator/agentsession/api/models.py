@@ -22,9 +22,33 @@ ObjectName = Annotated[str, StringConstraints(min_length=1, max_length=253, patt
 Duration = Annotated[str, StringConstraints(max_length=32, pattern=DURATION)]
 AbsolutePath = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=ABSOLUTE_PATH)]
 Image = Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^[^\s]+$")]
-# Kubernetes quantities are int-or-string; the API server checks the quantity syntax on the Pod.
-Quantity = int | Annotated[str, StringConstraints(min_length=1, max_length=64)]
-# Arbitrary Kubernetes objects (affinity, tolerations, envFrom) are passed through to the Pod unchanged.
+# A non-negative Kubernetes quantity: the API's own syntax for strings ("500m", "2Gi", "0.5"), or an integer. A CRD
+# field can be integer-or-string, never any number, so `cpu: 0.5` is refused where a Pod would take it: write "0.5".
+QUANTITY = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+Quantity = Annotated[
+    int | Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=QUANTITY)],
+    Field(
+        json_schema_extra={
+            "x-agentsession-quantity": True,
+            "x-kubernetes-validations": [
+                {
+                    "rule": "type(self) == string || self >= 0",
+                    "message": "must be a non-negative quantity, e.g. 500m, 2Gi or \"0.5\"",
+                    "reason": "FieldValueInvalid",
+                }
+            ],
+        }
+    ),
+]
+# A label (or annotation) key: an optional DNS-subdomain prefix and a name of at most 63 characters.
+LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+# Paths the operator mounts volumes of its own at: a workspace there would hide them (or they the workspace).
+RESERVED_MOUNT_PATHS = ("/", "/tmp", "/run/agentctl", "/etc/agentsession", "/proc", "/dev", "/sys")
+# Arbitrary Kubernetes objects (affinity) are passed through to the Pod unchanged.
 KubeObject = dict[str, Any]
 
 AgentType = Literal["demo", "claude-code", "codex", "gemini", "custom"]
@@ -33,12 +57,100 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 Phase = Literal["Suspended", "Pending", "Starting", "Ready", "Failed", "Terminating"]
 
 
-def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
-    return {"x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
+Rule = tuple[str, str] | tuple[str, str, str]
+
+
+def _rules(*rules: Rule) -> dict[str, Any]:
+    """CEL rules of an object: (rule, message) or (rule, message, fieldPath); every error names its field."""
+    validations = []
+    for rule, message, *where in rules:
+        validation = {"rule": rule, "message": message, "reason": "FieldValueInvalid"}
+        if where:
+            validation["fieldPath"] = where[0]
+        validations.append(validation)
+    return {"x-kubernetes-validations": validations}
+
+
+def _keys_and_values(field: str, what: str, *, values: bool) -> list[Rule]:
+    """Label-syntax rules for the keys (and values) of a map field, as the API server applies them to Pods."""
+    rules: list[Rule] = [
+        (
+            f"!has(self.{field}) || self.{field}.all(k, size(k) <= 317 && k.matches(r'{LABEL_KEY}'))",
+            f"{what} keys must be label keys: an optional DNS prefix and '/', then at most 63 letters, digits, "
+            "'-', '_' or '.', starting and ending with a letter or digit",
+            f".{field}",
+        )
+    ]
+    if values:
+        rules.append(
+            (
+                f"!has(self.{field}) || self.{field}.all(k, self.{field}[k].matches(r'{LABEL_VALUE}'))",
+                f"{what} values must be label values: at most 63 letters, digits, '-', '_' or '.', starting and "
+                "ending with a letter or digit (or empty)",
+                f".{field}",
+            )
+        )
+    return rules
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class KeyReference(_Model):
+    """One key of a ConfigMap or Secret in the session's namespace."""
+
+    name: ObjectName = Field(description="The ConfigMap or Secret.")
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$", description="The key.")
+    optional: bool | None = Field(default=None, description="Whether the key may be missing.")
+
+
+class EnvVarSource(_Model):
+    """Where a variable's value comes from: exactly one source, as in a Pod."""
+
+    configMapKeyRef: KeyReference | None = Field(default=None, description="A key of a ConfigMap.")
+    secretKeyRef: KeyReference | None = Field(default=None, description="A key of a Secret.")
+    fieldRef: KubeObject | None = Field(default=None, description="A core/v1 ObjectFieldSelector of the pod.")
+    resourceFieldRef: KubeObject | None = Field(
+        default=None, description="A core/v1 ResourceFieldSelector of a container."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "[has(self.configMapKeyRef), has(self.secretKeyRef), has(self.fieldRef), "
+                "has(self.resourceFieldRef)].filter(x, x).size() == 1",
+                "valueFrom needs exactly one of configMapKeyRef, secretKeyRef, fieldRef or resourceFieldRef",
+            )
+        )
+    )
+
+
+class NameReference(_Model):
+    name: ObjectName = Field(description="The ConfigMap or Secret in the session's namespace.")
+    optional: bool | None = Field(default=None, description="Whether it may be missing.")
+
+
+class EnvFromSource(_Model):
+    """All keys of one ConfigMap or Secret as variables, as in a Pod."""
+
+    prefix: str | None = Field(
+        default=None,
+        max_length=256,
+        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        description="Put before each key.",
+    )
+    configMapRef: NameReference | None = Field(default=None, description="The ConfigMap.")
+    secretRef: NameReference | None = Field(default=None, description="The Secret.")
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "has(self.configMapRef) != has(self.secretRef)",
+                "each envFrom entry needs exactly one of configMapRef or secretRef",
+            )
+        )
+    )
 
 
 class EnvVar(_Model):
@@ -50,11 +162,15 @@ class EnvVar(_Model):
     value: str | None = Field(
         default=None, max_length=32768, description="Its value; may refer to earlier variables as $(NAME)."
     )
-    valueFrom: KubeObject | None = Field(default=None, description="A core/v1 EnvVarSource.")
+    valueFrom: EnvVarSource | None = Field(default=None, description="Where the value comes from instead.")
 
     model_config = ConfigDict(
         json_schema_extra=_rules(
-            ("!(has(self.value) && has(self.valueFrom))", "an env entry sets value or valueFrom, not both")
+            (
+                "!(has(self.value) && has(self.valueFrom))",
+                "an env entry sets value or valueFrom, not both",
+                ".valueFrom",
+            )
         )
     )
 
@@ -96,10 +212,25 @@ class ResourceRequirements(_Model):
     makes a request exceed its limit."""
 
     requests: dict[str, Quantity] | None = Field(
-        default=None, description="Minimum resources, by name (cpu, memory, ...), as quantities."
+        default=None,
+        max_length=16,
+        description="Minimum resources, by name (cpu, memory, ...), as quantities.",
     )
     limits: dict[str, Quantity] | None = Field(
-        default=None, description="Maximum resources, by name (cpu, memory, ...), as quantities."
+        default=None,
+        max_length=16,
+        description="Maximum resources, by name (cpu, memory, ...), as quantities.",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.requests) || !has(self.limits) || self.requests.all(k, !(k in self.limits) || "
+                "!quantity(string(self.requests[k])).isGreaterThan(quantity(string(self.limits[k]))))",
+                "each request must be at most its limit (e.g. requests.memory <= limits.memory)",
+                ".requests",
+            ),
+        )
     )
 
 
@@ -132,8 +263,8 @@ class AgentSpec(_Model):
         description="Environment of the agent container; wins over the profile's variables of the same name.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
-    envFrom: list[KubeObject] | None = Field(
-        default=None, max_length=32, description="core/v1 EnvFromSource entries."
+    envFrom: list[EnvFromSource] | None = Field(
+        default=None, max_length=32, description="ConfigMaps and Secrets whose keys become variables."
     )
     resources: ResourceRequirements | None = Field(
         default=None, description="Compute resources of the agent container."
@@ -153,10 +284,12 @@ class AgentSpec(_Model):
             (
                 "self.type != 'custom' || (has(self.image) && has(self.command))",
                 "agent.type 'custom' needs agent.image and agent.command",
+                ".type",
             ),
             (
                 "self.type != 'custom' || !has(self.model)",
                 "agent.model needs a known agent.type; for 'custom' set the agent's own variables in agent.env",
+                ".model",
             ),
         )
     )
@@ -208,19 +341,40 @@ class WorkspaceSpec(_Model):
             (
                 "!(has(self.size) && has(self.emptyDir) && self.emptyDir)",
                 "workspace: set size (a persistent volume) or emptyDir: true, not both",
+                ".emptyDir",
             ),
             (
                 "!has(self.storageClassName) || has(self.size)",
                 "workspace.storageClassName needs workspace.size",
+                ".storageClassName",
+            ),
+            (
+                "!has(self.size) || quantity(string(self.size)).isGreaterThan(quantity('0'))",
+                "workspace.size must be a positive quantity, e.g. 10Gi",
+                ".size",
             ),
             (
                 "has(oldSelf.size) == has(self.size) && (!has(self.size) || self.size == oldSelf.size)",
                 "workspace.size is immutable: create a new AgentSession for another size",
+                ".size",
             ),
             (
                 "has(oldSelf.storageClassName) == has(self.storageClassName) && "
                 "(!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",
                 "workspace.storageClassName is immutable",
+                ".storageClassName",
+            ),
+            (
+                "!("
+                + " || ".join(
+                    f"self.mountPath == '{p}'"
+                    + (f" || self.mountPath.startsWith('{p}/')" if p != "/" else "")
+                    for p in RESERVED_MOUNT_PATHS
+                )
+                + ")",
+                "workspace.mountPath must not be (or be under) a path the pod reserves: "
+                + ", ".join(RESERVED_MOUNT_PATHS),
+                ".mountPath",
             ),
         )
     )
@@ -247,6 +401,58 @@ class LifecycleSpec(_Model):
                 "!has(self.idleTimeout) || !has(self.maxDuration) || "
                 "duration(self.idleTimeout) < duration(self.maxDuration)",
                 "lifecycle.idleTimeout must be shorter than lifecycle.maxDuration",
+                ".idleTimeout",
+            ),
+            *(
+                (
+                    f"!has(self.{field}) || (duration(self.{field}) >= duration('1s') && "
+                    f"duration(self.{field}) <= duration('{bound}'))",
+                    f"lifecycle.{field} must be between 1s and {bound}",
+                    f".{field}",
+                )
+                for field, bound in (
+                    ("idleTimeout", "8760h"),
+                    ("maxDuration", "8760h"),
+                    ("drainTimeout", "1h"),
+                )
+            ),
+        )
+    )
+
+
+class Toleration(_Model):
+    """A taint the pod tolerates, as in a Pod."""
+
+    key: str | None = Field(default=None, max_length=317, pattern=LABEL_KEY, description="The taint's key.")
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists matches any value; Equal (the default) the given value."
+    )
+    value: str | None = Field(
+        default=None, max_length=63, pattern=LABEL_VALUE, description="The taint's value."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The taint effect to match; all effects when left out."
+    )
+    tolerationSeconds: int | None = Field(
+        default=None, ge=0, description="For NoExecute: how long the pod stays bound after the taint appears."
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                "a toleration with operator Exists takes no value",
+                ".value",
+            ),
+            (
+                "has(self.key) || (has(self.operator) && self.operator == 'Exists')",
+                "a toleration without a key needs operator Exists (it tolerates every taint)",
+                ".key",
+            ),
+            (
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                "tolerationSeconds applies to effect NoExecute only",
+                ".tolerationSeconds",
             ),
         )
     )
@@ -256,17 +462,27 @@ class PodTemplateOverrides(_Model):
     """Settings of the session's pod that users need; everything else the operator decides."""
 
     labels: dict[str, Annotated[str, StringConstraints(max_length=63)]] | None = Field(
-        default=None, description="Extra labels of the pod; the operator's own labels win."
+        default=None, max_length=64, description="Extra labels of the pod; the operator's own labels win."
     )
-    annotations: dict[str, str] | None = Field(default=None, description="Extra annotations of the pod.")
-    nodeSelector: dict[str, str] | None = Field(
-        default=None, description="Node labels the pod's node must have, as in a Pod."
+    annotations: dict[str, Annotated[str, StringConstraints(max_length=65536)]] | None = Field(
+        default=None, max_length=64, description="Extra annotations of the pod."
     )
-    tolerations: list[KubeObject] | None = Field(
-        default=None, max_length=64, description="core/v1 Tolerations of the pod."
+    nodeSelector: dict[str, Annotated[str, StringConstraints(max_length=63)]] | None = Field(
+        default=None, max_length=64, description="Node labels the pod's node must have, as in a Pod."
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None, max_length=64, description="Tolerations of the pod."
     )
     affinity: KubeObject | None = Field(default=None, description="core/v1 Affinity of the pod.")
     priorityClassName: ObjectName | None = Field(default=None, description="PriorityClass of the pod.")
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            *_keys_and_values("labels", "podTemplate.labels", values=True),
+            *_keys_and_values("annotations", "podTemplate.annotations", values=False),
+            *_keys_and_values("nodeSelector", "podTemplate.nodeSelector", values=True),
+        )
+    )
 
 
 class AgentSessionSpec(_Model):
@@ -292,10 +508,15 @@ class AgentSessionSpec(_Model):
 
     model_config = ConfigDict(
         json_schema_extra=_rules(
-            ("self.agent.type == oldSelf.agent.type", "agent.type cannot change after creation"),
+            (
+                "self.agent.type == oldSelf.agent.type",
+                "agent.type cannot change after creation",
+                ".agent.type",
+            ),
             (
                 "has(oldSelf.workspace) == has(self.workspace)",
                 "workspace cannot be added or removed after creation",
+                ".workspace",
             ),
         )
     )

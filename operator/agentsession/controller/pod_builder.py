@@ -274,7 +274,7 @@ def _agent_env(
 
 
 def _env_from(spec: AgentSessionSpec) -> list[Manifest]:
-    sources = [dict(source) for source in spec.agent.envFrom or []]
+    sources = [source.model_dump(exclude_none=True) for source in spec.agent.envFrom or []]
     if spec.agent.credentialsSecretRef is not None:
         sources.append({"secretRef": {"name": spec.agent.credentialsSecretRef.name}})
     return sources
@@ -428,7 +428,7 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(parse_duration(lifecycle.maxDuration)))
     if template:
         for field in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
-            value = getattr(template, field)
+            value = template.model_dump(exclude_none=True).get(field)
             if value is not None:
                 pod_spec[field] = value
 

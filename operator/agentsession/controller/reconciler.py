@@ -43,7 +43,7 @@ from agentsession.controller.status_mapper import (
     map_status,
     readiness_pending_since,
 )
-from agentsession.controller.transitions import condition_events
+from agentsession.controller.transitions import status_events
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.ops import create_or_read, post_event, read_session_token
@@ -232,7 +232,7 @@ class Reconciler:
             await self._kube.patch(
                 AGENT_SESSIONS, session.namespace, session.name, {"status": new}, status=True
             )
-        for record in condition_events(previous, status):
+        for record in status_events(previous, status):
             await self._event(session, Event(record.type, record.reason, record.message))
         self._observe_stages(previous, status)
         self._set_phase(session.key, status.phase)

@@ -1,4 +1,9 @@
-"""Condition changes → the Kubernetes Events that tell `kubectl describe` readers what happened. Pure."""
+"""Status changes → the Kubernetes Events that tell `kubectl describe` readers what happened. Pure.
+
+A short story, not a log: one Event when the phase changes (its reason and message are those of the `Ready`
+condition, which says why), and one Warning when a condition turns to a reason that needs attention. A normal
+start reads PodCreated, Pending, (ContainerCreating or Starting), Ready.
+"""
 
 from __future__ import annotations
 
@@ -30,18 +35,27 @@ class EventRecord:
     message: str
 
 
-def condition_events(previous: AgentSessionStatus, current: AgentSessionStatus) -> list[EventRecord]:
-    """One event per condition whose status or reason changed, in the order conditions are listed."""
-    events = []
+def status_events(previous: AgentSessionStatus, current: AgentSessionStatus) -> list[EventRecord]:
+    """The Events of one status change: the phase change first, then warnings not told by it."""
+    events: list[EventRecord] = []
+    ready = current.condition("Ready")
+    if ready is not None and current.phase is not None and current.phase != previous.phase:
+        kind = "Warning" if ready.reason in WARNING_REASONS or current.phase == "Failed" else "Normal"
+        events.append(EventRecord(kind, ready.reason, _phase_message(current, ready.message)))
+    told = {event.reason for event in events}
     for condition in current.conditions:
         before = previous.condition(condition.type)
-        if before is not None and (before.status, before.reason) == (condition.status, condition.reason):
+        if condition.reason not in WARNING_REASONS or condition.reason in told:
             continue
-        events.append(
-            EventRecord(
-                type="Warning" if condition.reason in WARNING_REASONS else "Normal",
-                reason=condition.reason,
-                message=f"{condition.type}={condition.status}: {condition.message}",
-            )
-        )
+        if before is not None and before.reason == condition.reason:
+            continue
+        events.append(EventRecord("Warning", condition.reason, f"{condition.type}: {condition.message}"))
+        told.add(condition.reason)
     return events
+
+
+def _phase_message(status: AgentSessionStatus, why: str) -> str:
+    startup = status.startup
+    if status.phase == "Ready" and startup is not None and startup.initializedSeconds is not None:
+        return f"Ready: {why} ({startup.initializedSeconds:.1f}s after the pod was created)"
+    return f"{status.phase}: {why}"

@@ -77,7 +77,12 @@ def _quantity(options: list[Schema], node: Schema) -> Schema:
     """A quantity the way controller-gen writes resource.Quantity: integer-or-string, the syntax as a pattern
     (which applies to strings only); the model's CEL rule refuses negative integers."""
     text = next(o for o in options if o.get("type") == "string")
-    return {**node, "pattern": text["pattern"], "maxLength": text["maxLength"], "x-kubernetes-int-or-string": True}
+    return {
+        **node,
+        "pattern": text["pattern"],
+        "maxLength": text["maxLength"],
+        "x-kubernetes-int-or-string": True,
+    }
 
 
 def openapi_schema(model: type[Any]) -> Schema:

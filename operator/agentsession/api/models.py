@@ -33,7 +33,7 @@ Quantity = Annotated[
             "x-kubernetes-validations": [
                 {
                     "rule": "type(self) == string || self >= 0",
-                    "message": "must be a non-negative quantity, e.g. 500m, 2Gi or \"0.5\"",
+                    "message": 'must be a non-negative quantity, e.g. 500m, 2Gi or "0.5"',
                     "reason": "FieldValueInvalid",
                 }
             ],

@@ -13,6 +13,13 @@ from tests.support.kube import NOWHERE, Sessions
 from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.cluster
+SIDEWAYS_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Sideways"}]}]
+        }
+    }
+}
 
 
 def warnings_of(sessions: Sessions, name: str, reason: str) -> list[Any] | None:
@@ -31,11 +38,8 @@ def refusals_logged(operator: OperatorProcess, name: str) -> int:
 def test_a_pod_the_api_server_refuses_is_a_failed_session_until_the_spec_is_fixed(
     operator: OperatorProcess, sessions: Sessions
 ) -> None:
-    # The CRD lets tolerations through as objects; the API server's Pod validation does not.
-    sessions.create(
-        "refused",
-        {"podTemplate": {"nodeSelector": NOWHERE, "tolerations": [{"key": "a", "operator": "Sideways"}]}},
-    )
+    # The CRD passes affinity through as an object; the API server's Pod validation checks it.
+    sessions.create("refused", {"podTemplate": {"nodeSelector": NOWHERE, "affinity": SIDEWAYS_AFFINITY}})
     ready = wait_until(
         "Ready=False PodRejected",
         lambda: sessions.has_condition("refused", "Ready", "False", "PodRejected"),
@@ -45,13 +49,13 @@ def test_a_pod_the_api_server_refuses_is_a_failed_session_until_the_spec_is_fixe
     assert "operator" in ready["message"]
     assert sessions.get("refused")["status"]["phase"] == "Failed"
     warning = wait_until("a Warning event", lambda: warnings_of(sessions, "refused", "PodRejected"), 30)
-    assert "Sideways" in warning[0].message or "operator" in warning[0].message
+    assert "Sideways" in warning[0].message or "operator" in warning[0].message, warning[0].message
     # No hot loop: the refusal is tried again after seconds, not continuously.
     first = refusals_logged(operator, "refused")
     wait_until("one retry", lambda: refusals_logged(operator, "refused") > first, 30)
     assert refusals_logged(operator, "refused") <= first + 3
 
-    sessions.patch_spec("refused", {"podTemplate": {"tolerations": None}})
+    sessions.patch_spec("refused", {"podTemplate": {"affinity": None}})
     wait_until("the pod, once the spec is fixed", lambda: sessions.pod("refused"), 30)
     wait_until(
         "PodRejected gone",

@@ -2,7 +2,7 @@
 
 A short story, not a log: one Event when the phase changes (its reason and message are those of the `Ready`
 condition, which says why), and one Warning when a condition turns to a reason that needs attention. A normal
-start reads PodCreated, Pending, (ContainerCreating or Starting), Ready.
+start reads PodCreated, Pending, the reason it is Starting (e.g. PodInitializing), Ready.
 """
 
 from __future__ import annotations

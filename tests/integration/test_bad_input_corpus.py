@@ -100,6 +100,14 @@ CASES: list[Case] = [
     ),
     Case("a limit alone below the default request", {"agent": {"resources": {"limits": {"cpu": "50m"}}}}),
     Case(
+        "an agentctl request alone above its default limit",
+        {"agentctl": {"resources": {"requests": {"memory": "2Gi"}}}},
+    ),
+    Case(
+        "an agentctl limit alone below its default request",
+        {"agentctl": {"resources": {"limits": {"cpu": "10m"}}}},
+    ),
+    Case(
         "request equal to limit", {"agent": {"resources": {"requests": {"cpu": "1"}, "limits": {"cpu": 1}}}}
     ),
     *(

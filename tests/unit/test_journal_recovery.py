@@ -1,0 +1,64 @@
+"""The journal survives a crash mid-write: a torn final line is cut off on reopen and the history reads back whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agentsession.agentctl.journal import Journal
+
+
+def _seqs(entries: list[dict[str, object]]) -> list[object]:
+    return [entry["seq"] for entry in entries]
+
+
+def test_torn_tail_is_repaired_and_history_reads_back_gap_free(tmp_path: Path) -> None:
+    """After a crash leaves half a line at the end, reopening drops exactly that half line: every whole entry
+    reads back (through `read` and a fresh instance), new appends continue the seqs with no gap or duplicate,
+    and every line in the file is a whole JSON entry again."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    written = [journal.append("session_update", {"n": n}) for n in range(1, 4)]
+    journal.close()
+    torn = json.dumps({"seq": 4, "timestamp": "2026-01-01T00:00:00Z", "kind": "session_update"})
+    with path.open("ab") as f:
+        f.write(torn[: len(torn) // 2].encode())  # the write a crash interrupted: no newline, not valid JSON
+
+    reopened = Journal(path)
+    assert reopened.last_seq == 3
+    assert reopened.last_timestamp == written[-1]["timestamp"]
+    assert reopened.read() == written
+    after = [reopened.append("session_update", {"n": n}) for n in range(4, 6)]
+    assert _seqs(after) == [4, 5]
+    history = reopened.read()
+    assert history == written + after
+    assert reopened.read(after=2) == written[2:] + after
+    reopened.close()
+
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b""  # the file ends on a whole line
+    assert [json.loads(line) for line in lines[:-1]] == history
+
+    fresh = Journal(path)
+    assert fresh.last_seq == 5
+    assert fresh.read() == history
+    assert _seqs(fresh.read()) == [1, 2, 3, 4, 5]
+    fresh.close()
+
+
+def test_torn_line_that_ends_in_a_newline_is_dropped_too(tmp_path: Path) -> None:
+    """A tail that did get its newline but is not a whole entry (garbage after a crash) is cut off as well,
+    so later appends never sit behind a line that would break every reader."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    written = [journal.append("session_update", {"n": n}) for n in range(1, 3)]
+    journal.close()
+    with path.open("ab") as f:
+        f.write(b'{"seq": 3, "timest\n')
+
+    reopened = Journal(path)
+    later = reopened.append("session_update", {"n": 3})
+    assert later["seq"] == 3
+    assert reopened.read() == [*written, later]
+    reopened.close()
+    assert Journal(path).read() == [*written, later]

@@ -154,7 +154,9 @@ def test_session_reaches_ready_in_a_restricted_namespace(
     events = release.k(
         "get", "events", "-n", ns, "--field-selector", "involvedObject.kind=AgentSession"
     ).stdout
-    assert "Ready=True" in events, events
+    # One Event per phase change: the last one says the agent is ready, and how long the start took.
+    assert "Ready: the agent is ready for prompts" in events, events
+    assert "Warning" not in events, events
 
 
 def test_operator_stays_healthy(release: Release) -> None:

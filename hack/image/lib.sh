@@ -111,7 +111,14 @@ import_into_cluster() {
   local full="$1" archive="$tmp/import.tar"
   buildah push --quiet "$full" "docker-archive:$archive:$full" >/dev/null \
     || die "exporting $full from buildah failed"
-  ctr_k8s images import "$archive" >/dev/null || die "importing $full into containerd failed"
+  # containerd's garbage collector can remove an unreferenced layer snapshot while an import builds on it
+  # ("parent snapshot ... does not exist"); the next attempt unpacks that layer again.
+  local attempt
+  for attempt in 1 2 3; do
+    ctr_k8s images import "$archive" >/dev/null && break
+    [ "$attempt" = 3 ] && die "importing $full into containerd failed 3 times"
+    log "importing $full into containerd failed (attempt $attempt); trying again"
+  done
   rm -f "$archive"
   log "imported $full into the local cluster's containerd"
 }

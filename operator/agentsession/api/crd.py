@@ -44,7 +44,8 @@ def _resolve(node: Any, defs: dict[str, Schema]) -> Any:
 def _structural(node: Schema) -> Schema:
     """Turns one resolved JSON Schema node into its structural OpenAPI v3 form."""
     node = dict(node)
-    if "anyOf" in node:
+    # An optional field is a union with null; its one other option may be a union itself (an optional quantity).
+    while "anyOf" in node:
         options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
         types = sorted(o.get("type", "") for o in options)
         if node.pop("x-agentsession-quantity", False):
@@ -52,7 +53,7 @@ def _structural(node: Schema) -> Schema:
         elif types == ["integer", "string"]:
             node["x-kubernetes-int-or-string"] = True
         elif len(options) == 1:
-            node = _structural({**options[0], **node})
+            node = {**options[0], **node}
         else:
             raise ValueError(f"unsupported union in CRD schema: {options}")
     if node.get("default", 0) is None:

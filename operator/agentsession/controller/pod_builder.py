@@ -427,10 +427,10 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
     if lifecycle and lifecycle.maxDuration:
         pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(parse_duration(lifecycle.maxDuration)))
     if template:
+        overrides = template.model_dump(exclude_none=True)
         for field in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
-            value = template.model_dump(exclude_none=True).get(field)
-            if value is not None:
-                pod_spec[field] = value
+            if field in overrides:
+                pod_spec[field] = overrides[field]
 
     metadata = _metadata(session, pod_name(session.name), "agent")
     if template and template.labels:

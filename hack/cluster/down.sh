@@ -14,7 +14,6 @@ source "$HERE/lib.sh"
 PURGE=0
 [ "${1:-}" = "--purge" ] && PURGE=1
 
-warn() { printf 'WARNING: %s\n' "$*" >&2; }
 
 # A component that exited stays a zombie until init reaps it, which here can take seconds: that counts as gone.
 alive() {
@@ -151,6 +150,7 @@ if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep KUBE- >/dev/
 fi
 
 ip link show "$BRIDGE" >/dev/null 2>&1 && { ip link delete "$BRIDGE" && log "removed bridge $BRIDGE"; }
+while iptables -t mangle -D FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null; do :; done
 ip -4 addr show dev lo | grep "inet $NODE_IP/" >/dev/null && { ip addr del "$NODE_IP/32" dev lo && log "removed $NODE_IP from lo"; }
 
 rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/volumes" "$KUBELET_ROOT" "$CLUSTER_DIR/pod-logs" "$CLUSTER_DIR/cni/ipam" "$CONTAINERD_STATE" \

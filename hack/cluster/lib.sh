@@ -47,6 +47,7 @@ _t0_ms="${_t0_ms:-$(( $(date +%s%N) / 1000000 ))}"
 elapsed() { local ms=$(( $(date +%s%N) / 1000000 - _t0_ms )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }
 log() { printf '[%6ss] %s\n' "$(elapsed)" "$*"; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+warn() { printf 'WARNING: %s\n' "$*" >&2; }
 
 # The pid recorded at start, if that process still runs the component: pids are reused quickly here, so a bare
 # `kill -0` could mistake an unrelated process for a component.

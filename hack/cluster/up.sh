@@ -188,6 +188,20 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 fi
 ip -4 addr show dev "$BRIDGE" | grep "inet $POD_GATEWAY/" >/dev/null || ip addr add "$POD_GATEWAY/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
+# A pod reaching a Service IP is DNATed by kube-proxy to another pod on the same bridge, which the node must forward.
+# Forwarding is switched on for the bridge alone (the host's ip_forward and every other interface stay as they are),
+# and a rule in the mangle table, which kube-proxy never reorders, drops anything arriving from the bridge that would
+# leave by another interface: nothing a pod sends is routed off the machine.
+iptables -t mangle -C FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null \
+  || iptables -t mangle -I FORWARD 1 -i "$BRIDGE" ! -o "$BRIDGE" -j DROP \
+  || die "cannot add the rule that keeps pod traffic on $BRIDGE (iptables -t mangle)"
+echo 1 >"/proc/sys/net/ipv4/conf/$BRIDGE/forwarding" || die "cannot enable forwarding on $BRIDGE"
+# Replies between pods on the bridge must pass conntrack to be un-DNATed.
+if [ "$(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null)" != 1 ]; then
+  modprobe br_netfilter 2>/dev/null
+  echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null \
+    || warn "bridged traffic bypasses iptables (no br_netfilter): pods cannot reach Services backed by pods"
+fi
 mkdir -p "$CLUSTER_DIR/cni/net.d" "$CLUSTER_DIR/cni/ipam"
 # The bridge exists already with its address, so the plugin runs with isGateway=false and leaves the host's
 # ip_forward alone; pods get a route to the local range only, never a default route.

@@ -52,6 +52,19 @@ def _unavailable(
     pytest.skip(reason)
 
 
+def require_tool(program: str) -> str:
+    """The path of `program`; a skip without it, or a failure where CI or `AGENTSESSION_REQUIRE_TOOLS` says every
+    tool of `hack/tools/install.sh` is installed."""
+    found = shutil.which(program)
+    if found is None:
+        _unavailable(
+            f"{program} is not installed (hack/tools/install.sh installs it)",
+            require_env=("CI", "AGENTSESSION_REQUIRE_TOOLS"),
+        )
+    assert found is not None
+    return found
+
+
 def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
     """Polls `probe` until it returns something truthy; fails with `what` and the last error on timeout."""
     deadline = time.monotonic() + timeout

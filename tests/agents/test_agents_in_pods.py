@@ -322,10 +322,8 @@ async def test_a_real_agent_runs_end_to_end(
         TURN_WITHIN,
         since=mark,
     )
-    cancelled_at = time.monotonic()
     await ui.send({"type": "cancel_agent_turn", "agentId": agent_id})
     await ui.wait_for("ready after cancel", of_type("agent_status", status="ready"), 30, since=mark)
-    assert time.monotonic() - cancelled_at < 30
     history_before = (await initialize(ui, agent_id, "init-2"))["updates"]
 
     # Suspend, then resume in a new pod: session/load, the initial prompt not sent again, history whole.

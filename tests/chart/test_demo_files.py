@@ -1,10 +1,8 @@
-"""The demo's own files: the script parses and passes shellcheck, the client reads gateway frames right."""
+"""The demo's own files: `make demo` runs the script, the client reads gateway frames right."""
 
 from __future__ import annotations
 
 import importlib.util
-import shutil
-import subprocess
 from types import ModuleType
 
 import pytest
@@ -21,17 +19,6 @@ def _client() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def test_demo_script_parses() -> None:
-    subprocess.run(["bash", "-n", str(DEMO)], check=True, timeout=30)
-
-
-def test_demo_script_passes_shellcheck() -> None:
-    if not shutil.which("shellcheck"):
-        pytest.skip("shellcheck is not installed")
-    proc = subprocess.run(["shellcheck", str(DEMO)], capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stdout
 
 
 def test_make_demo_runs_the_script() -> None:

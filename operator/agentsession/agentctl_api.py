@@ -117,7 +117,9 @@ class ErrorResponse(BaseModel):
 # --- Additions for the rest of the control API (used by the gateway and by agentctl's own handlers). ---
 
 AgentState = Literal["stopped", "starting", "running", "stopping", "error"]
-EntryKind = Literal["session_update", "permission_request", "permission_resolved", "agent_error", "turn_end"]
+EntryKind = Literal[
+    "session_update", "permission_request", "permission_resolved", "agent_error", "turn_end", "drain"
+]
 
 
 class InitializeBody(BaseModel):
@@ -176,6 +178,34 @@ class CancelResponse(BaseModel):
 
     success: bool
     turn_running: bool = Field(description="Whether the turn still runs; it ends once the agent has stopped.")
+
+
+class DrainBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_seconds: float = Field(
+        ge=0, le=3600, description="How long a running turn may go on before it is cancelled through ACP."
+    )
+
+
+DrainOutcome = Literal["idle", "finished", "cancelled"]
+
+
+class DrainResponse(BaseModel):
+    """How a drain ended. From then on agentctl refuses prompts, until the next start."""
+
+    model_config = ConfigDict(extra="allow")
+
+    outcome: DrainOutcome = Field(
+        description="idle: no turn was running; finished: the turn ended by itself within the timeout; "
+        "cancelled: it was still running at the deadline and was cancelled."
+    )
+    waited_seconds: float = Field(
+        description="From the drain's start to the end of the turn (or the deadline)."
+    )
+    timeout_seconds: float
+    cancelled_permissions: int = Field(description="Permission requests still pending at the deadline.")
+    stop_reason: str | None = Field(default=None, description="The turn's stop reason, when it ended.")
 
 
 class ModeBody(BaseModel):

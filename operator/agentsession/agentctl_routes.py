@@ -17,6 +17,8 @@ from agentsession.agentctl_api import (
     HEALTH_PATH,
     CancelBody,
     CancelResponse,
+    DrainBody,
+    DrainResponse,
     HistoryResponse,
     InitializeBody,
     ModeBody,
@@ -133,6 +135,15 @@ CANCEL = Route(
     answer=CancelResponse,
     errors={**_AGENT_ERRORS, **_NOT_CURRENT},
 )
+DRAIN = Route(
+    "drain",
+    "POST",
+    "/api/v1/drain",
+    "Before the pod stops: let a running turn finish up to the timeout, then cancel it (pending permissions "
+    "are answered as cancelled); prompts are refused from then on, until the next start",
+    body=DrainBody,
+    answer=DrainResponse,
+)
 MODE = Route(
     "mode",
     "POST",
@@ -205,6 +216,7 @@ ROUTES: tuple[Route, ...] = (
     SESSION_LOAD,
     PROMPT,
     CANCEL,
+    DRAIN,
     MODE,
     UPDATES,
     PERMISSIONS,

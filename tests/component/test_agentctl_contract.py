@@ -37,13 +37,18 @@ PERMISSION_PROMPT = "may I have permission"
 class Backend:
     api: AgentctlApi
     ask_permission: Callable[[], None]  # makes the next prompt's turn ask for a permission
+    outlast_drains: Callable[[], None] = lambda: None  # a turn waiting for a permission outlasts any drain
 
 
 @pytest.fixture(params=["fake", "real"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     if request.param == "fake":
         fake = FakeAgentctl()
-        yield Backend(fake, lambda: fake.turns.append(FakeTurn(permission=PERMISSION_OPTIONS)))
+        yield Backend(
+            fake,
+            lambda: fake.turns.append(FakeTurn(permission=PERMISSION_OPTIONS)),
+            lambda: setattr(fake, "turn_outlasts_drain", True),
+        )
         return
     with agentctl_process(tmp_path / "workspace", TOKEN, tmp_path / "agentctl.log") as process:
         async with aiohttp.ClientSession() as http:
@@ -207,6 +212,42 @@ async def test_a_permission_request_waits_for_its_answer(backend: Backend) -> No
     assert (gone.value.status, gone.value.code) == (404, "not_found")
     assert pending_id in gone.value.detail
     assert (await api.permissions()).pending == []
+
+
+async def test_a_drain_without_a_turn_is_idle_and_prompts_wait_for_the_next_start(backend: Backend) -> None:
+    api = backend.api
+    await api.start(StartRequest())
+    drained = await api.drain(5)
+    assert (drained.outcome, drained.cancelled_permissions, drained.stop_reason) == ("idle", 0, None)
+    with pytest.raises(AgentctlError) as refused:
+        await api.prompt("too late")
+    assert (refused.value.status, refused.value.code) == (409, "conflict")
+    assert "stopping" in refused.value.detail
+    await api.start(StartRequest())
+    assert (await api.prompt("after a new start")).accepted
+
+
+async def test_a_turn_still_running_at_the_drain_deadline_is_cancelled_with_its_permission(
+    backend: Backend,
+) -> None:
+    api = backend.api
+    await api.start(StartRequest())
+    backend.ask_permission()
+    backend.outlast_drains()
+    async with api.updates((await api.status()).last_seq) as entries:
+        await api.prompt(PERMISSION_PROMPT)
+        await read_until(entries, lambda e: e.kind == "permission_request")
+        drained = await api.drain(0.5)
+        rest = await read_until(entries, lambda e: e.kind == "drain")
+    assert (drained.outcome, drained.cancelled_permissions) == ("cancelled", 1)
+    assert drained.stop_reason == "cancelled"
+    assert drained.waited_seconds >= 0.5
+    resolved = [e.notification for e in rest if e.kind == "permission_resolved"]
+    assert [(r["outcome"], r["reason"]) for r in resolved] == [({"outcome": "cancelled"}, "turn_cancelled")]
+    assert [e.notification["stopReason"] for e in rest if is_turn_end(e)] == ["cancelled"]
+    # The history says how the turn ended: the drain's own entry, after the turn's end.
+    assert rest[-1].notification == drained.model_dump(mode="json")
+    assert not (await api.status()).acp.turn_running
 
 
 async def test_the_shell_starts_on_demand_and_echoes_input(backend: Backend) -> None:

@@ -108,6 +108,7 @@ def bridge(tmp_path: Path) -> Iterator[AgentBridge]:
         token=None,
         permission_timeout=1.0,
         attach_timeout=1.0,
+        drain_timeout=1.0,
         max_body_bytes=1024,
         shell_command=("false",),
         log_format="text",

@@ -72,7 +72,7 @@ def test_agent_stdio_is_joined_to_agentctl_through_the_fifo_pair() -> None:
     )
     assert agent["command"][:2] == ["sh", "-c"]
     assert agent["command"][3:] == ["agent", "run", "it"]
-    assert 'exec "$@" <"/run/agentctl/agent.in" >"/run/agentctl/agent.out"' in agent["command"][2]
+    assert '"$@" <"/run/agentctl/agent.in" >"/run/agentctl/agent.out" &' in agent["command"][2]
     mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
     assert mounts == {"workspace": "/workspace", "agentctl-fifo": "/run/agentctl", "tmp": "/tmp"}
 
@@ -156,7 +156,12 @@ def test_persistent_workspace_uses_a_claim_and_emptydir_does_not() -> None:
 def test_lifecycle_durations_map_to_pod_deadlines() -> None:
     pod = pod_for({"lifecycle": {"maxDuration": "1h30m", "drainTimeout": "2m", "restartPolicy": "Never"}})
     assert pod["spec"]["activeDeadlineSeconds"] == 5400
-    assert pod["spec"]["terminationGracePeriodSeconds"] == 120
+    # The drain timeout, then the cancel grace and the exits.
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 130
+    assert "--drain-timeout" in container(pod, "agentctl")["args"]
+    args = container(pod, "agentctl")["args"]
+    assert args[args.index("--drain-timeout") + 1] == "120"
+    assert pod_for({})["spec"]["terminationGracePeriodSeconds"] == 30
     assert pod["spec"]["restartPolicy"] == "Never"
 
 
@@ -206,7 +211,7 @@ def test_profile_env_and_state_dirs_prepare_the_agent_home() -> None:
         {"name": "RUST_LOG", "value": "debug"},
     ]
     assert 'for d in "$HOME" "$CODEX_HOME"; do' in agent["command"][2]
-    assert agent["command"][2].index("mkdir -p") < agent["command"][2].index("exec ")
+    assert agent["command"][2].index("mkdir -p") < agent["command"][2].index('"$@" <')
 
 
 def test_a_ca_bundle_is_mounted_and_named_to_every_runtime() -> None:

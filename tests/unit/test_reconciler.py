@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from agentsession.agentctl_client import AgentctlError
-from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector
+from agentsession.agentctl_client.fake import (
+    PERMISSION_OPTIONS,
+    FakeAgentctl,
+    FakeAgentctlConnector,
+    FakeTurn,
+)
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import CreateChild, DeletePod, Observed, StartAcp, Suspend, decide
@@ -142,6 +147,9 @@ class World:
     def events(self) -> list[tuple[str, str]]:
         return [(e["type"], e["reason"]) for e in self.kube.of_kind("Event")]
 
+    def event_messages(self) -> list[str]:
+        return [e["message"] for e in self.kube.of_kind("Event")]
+
     def event_reasons(self) -> list[str]:
         return [reason for _, reason in self.events()]
 
@@ -228,6 +236,55 @@ async def test_suspend_deletes_exactly_the_observed_pod() -> None:
     assert world.status()["phase"] == "Suspended"
     assert world.reasons()["Suspended"] == "Suspended"
     assert uid
+
+
+@pytest.mark.parametrize(
+    ("outlasts", "event", "words"),
+    [
+        (False, ("Normal", "TurnFinished"), "the running turn finished"),
+        (
+            True,
+            ("Warning", "TurnCancelled"),
+            "was cancelled through ACP; 1 pending permission request answered",
+        ),
+    ],
+)
+async def test_suspend_during_a_turn_drains_it_before_the_pod_goes(
+    outlasts: bool, event: tuple[str, str], words: str
+) -> None:
+    world = World()
+    await world.until_ready(lifecycle={"drainTimeout": "45s"})
+    world.agentctl.turns.append(FakeTurn(hold=True, permission=PERMISSION_OPTIONS))
+    world.agentctl.turn_outlasts_drain = outlasts
+    await world.agentctl.prompt("a long piece of work")
+    await world.patch_spec(suspend=True)
+    await world.reconcile()
+    assert ("drain", (45.0,)) in world.agentctl.calls
+    assert world.kube.find("Pod", NS, POD) is None
+    # The drain's outcome, then the pod's deletion.
+    told = world.events()
+    assert told.index(event) < told.index(("Normal", "Suspending"))
+    assert words in world.event_messages()[told.index(event)]
+    assert not world.agentctl.turn_running
+    assert world.agentctl.journal[-1].kind == "drain"
+
+
+async def test_suspend_of_an_idle_agent_drains_without_an_event_and_a_pending_one_not_at_all() -> None:
+    world = World()
+    await world.until_ready()
+    await world.patch_spec(suspend=True)
+    await world.reconcile()
+    assert [call for call, _ in world.agentctl.calls].count("drain") == 1
+    assert not {"TurnFinished", "TurnCancelled"} & {reason for _, reason in world.events()}
+
+    # A session whose ACP never started has no turn to drain: its pod goes at once.
+    never = World()
+    await never.apply()
+    await never.reconcile()
+    await never.patch_spec(suspend=True)
+    await never.reconcile()
+    assert "drain" not in [call for call, _ in never.agentctl.calls]
+    assert never.kube.find("Pod", NS, POD) is None
 
 
 async def test_resume_loads_the_session_and_never_repeats_the_prompt() -> None:

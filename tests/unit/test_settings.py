@@ -86,6 +86,7 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
         "auth": ("false", False),
         "permission_timeout": ("3", 3.0),
         "attach_timeout": ("4", 4.0),
+        "drain_timeout": ("7.5", 7.5),
         "max_body_bytes": ("2048", 2048),
         "shell": ("/bin/sh -l", "/bin/sh -l"),
         "log_format": ("json", "json"),

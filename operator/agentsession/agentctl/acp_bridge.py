@@ -246,6 +246,9 @@ class AgentBridge:
         self._reattach: asyncio.Task[None] | None = None
         # How the current attachment ended, for the calls it cut short.
         self._ended: asyncio.Future[str] | None = None
+        self._turn: asyncio.Task[str] | None = None
+        # Set by a drain: the pod is stopping, so no new turn may begin; a start clears it.
+        self.stopping = False
 
     # ----- state -----
 
@@ -266,6 +269,12 @@ class AgentBridge:
     @property
     def turn_running(self) -> bool:
         return self._phase is Phase.TURN
+
+    @property
+    def current_turn(self) -> asyncio.Task[str] | None:
+        """The running turn's task (its result is the stop reason), or None."""
+        turn = self._turn
+        return turn if turn is not None and not turn.done() and self.turn_running else None
 
     def status(self) -> dict[str, Any]:
         a = self.acp
@@ -649,6 +658,10 @@ class AgentBridge:
         self, prompt: str | list[dict[str, Any]], session_id: str | None = None
     ) -> asyncio.Task[str]:
         sid = self._require_session(session_id)
+        if self.stopping:
+            raise conflict(
+                "the pod is stopping (the session is being suspended or deleted); prompts are refused"
+            )
         if self._phase is Phase.TURN:
             raise conflict("a prompt turn is already running; wait for it or POST /api/v1/acp/cancel")
         blocks = self._blocks(prompt, sid)
@@ -666,6 +679,7 @@ class AgentBridge:
         self.acp.turn_started_at = utc_now()
         self._move(Phase.TURN)
         turn = asyncio.create_task(self._run_turn(conn, sid, blocks), name="agentctl: turn")
+        self._turn = turn
         self._tasks.spawn(_hold(turn), "turn")
         return turn
 
@@ -729,6 +743,7 @@ class AgentBridge:
         attach_timeout = self.config.attach_timeout if attach_wait_s == -1 else attach_wait_s
         async with self._op_lock:
             self._resume_wanted = True
+            self.stopping = False
             await self._attach(attach_timeout)
             if self._phase not in ACP_INITIALIZED:
                 await self.initialize()

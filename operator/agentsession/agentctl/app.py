@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 from aiohttp import web
 
 from agentsession.agentctl import routes_acp, routes_control, routes_permissions, routes_shell, ws_streams
 from agentsession.agentctl.binding import Handlers, register
 from agentsession.agentctl.config import Config
+from agentsession.agentctl.drain import clear_stop_files, serve_stop_requests
 from agentsession.agentctl.http_common import json_ok
 from agentsession.agentctl.middleware import make_middlewares
 from agentsession.agentctl.openapi import build_openapi
@@ -39,6 +44,23 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
             ws_streams.handlers,
         ],
     )
+
+    fifo_dir = config.agent_fifo_dir
+    if fifo_dir is not None:
+        clear_stop_files(fifo_dir)
+
+        async def stop_requests(app: web.Application) -> AsyncIterator[None]:
+            svc = app[SERVICES]
+            task = asyncio.create_task(
+                serve_stop_requests(fifo_dir, svc.drainer, svc.bridge, config.drain_timeout),
+                name="agentctl: stop requests",
+            )
+            yield
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        app.cleanup_ctx.append(stop_requests)
 
     async def on_shutdown(app: web.Application) -> None:
         await app[SERVICES].close()

@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
 from agentsession.agentctl_api import AGENTCTL_PORT, TOKEN_ENV
+from agentsession.api.constants import DEFAULT_DRAIN_SECONDS
 from agentsession.settings import LogFormat, LogLevel, load, settings_config
 
 DEFAULT_AGENT_COMMAND = "agentsession-demo-agent"
@@ -50,6 +51,7 @@ class Config:
     token: str | None
     permission_timeout: float
     attach_timeout: float
+    drain_timeout: float
     max_body_bytes: int
     shell_command: tuple[str, ...]
     log_format: str
@@ -106,6 +108,13 @@ class AgentctlSettings(BaseSettings):
         default=300.0, description="Seconds a permission request waits for an answer before it is cancelled."
     )
     attach_timeout: float = Field(default=60.0, description="Seconds /start waits for the agent.")
+    drain_timeout: float = Field(
+        default=float(DEFAULT_DRAIN_SECONDS),
+        ge=0,
+        le=3600,
+        description="When the agent container is stopped: seconds a running turn may finish before it is "
+        "cancelled.",
+    )
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, description="Largest request body accepted.")
     shell: str | None = Field(
         default=None, description="Shell command of the terminal (PTY); unset: $SHELL -l, else bash or sh -l."
@@ -163,6 +172,7 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         token=_read_token(settings),
         permission_timeout=max(0.1, settings.permission_timeout),
         attach_timeout=max(0.1, settings.attach_timeout),
+        drain_timeout=settings.drain_timeout,
         max_body_bytes=max(1024, settings.max_body_bytes),
         shell_command=tuple(shlex.split(settings.shell)) if settings.shell else _default_shell(),
         log_format=settings.log_format,

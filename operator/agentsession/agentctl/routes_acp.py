@@ -11,13 +11,14 @@ from agentsession.agentctl.http_common import json_ok, parse_body
 from agentsession.agentctl.services import services
 from agentsession.agentctl_api import (
     CancelBody,
+    DrainBody,
     InitializeBody,
     ModeBody,
     PromptBody,
     SessionLoadBody,
     SessionNewBody,
 )
-from agentsession.agentctl_routes import CANCEL, INITIALIZE, MODE, PROMPT, SESSION_LOAD, SESSION_NEW
+from agentsession.agentctl_routes import CANCEL, DRAIN, INITIALIZE, MODE, PROMPT, SESSION_LOAD, SESSION_NEW
 
 handlers = Handlers()
 
@@ -59,6 +60,13 @@ async def cancel(request: web.Request) -> web.Response:
     body = await parse_body(request, CancelBody)
     running = await services(request).bridge.cancel(body.session_id)
     return json_ok({"success": True, "turn_running": running})
+
+
+@handlers(DRAIN)
+async def drain(request: web.Request) -> web.Response:
+    body = await parse_body(request, DrainBody)
+    result = await services(request).drainer.drain(body.timeout_seconds)
+    return json_ok(result.model_dump(mode="json"))
 
 
 @handlers(MODE)

@@ -10,6 +10,7 @@ from aiohttp import web
 from agentsession.agentctl.acp_bridge import AgentBridge
 from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.config import Config
+from agentsession.agentctl.drain import Drainer
 from agentsession.agentctl.events import EventHub
 from agentsession.agentctl.journal import Journal
 from agentsession.agentctl.metrics import Metrics
@@ -37,6 +38,7 @@ class Services:
     permissions: PermissionBroker
     bridge: AgentBridge
     shell: ShellSession
+    drainer: Drainer
     started: float = field(default_factory=time.monotonic)
     started_at: str = field(default_factory=utc_now)
     clients: StreamCounts = field(default_factory=StreamCounts)
@@ -56,7 +58,7 @@ class Services:
         store = SessionStore(config.session_state_path)
         bridge = AgentBridge(config, transport, hub, permissions, metrics, store)
         shell = ShellSession(config.shell_command, config.workdir, config.child_env)
-        return cls(config, metrics, journal, hub, permissions, bridge, shell)
+        return cls(config, metrics, journal, hub, permissions, bridge, shell, Drainer(bridge, hub))
 
     def last_activity_at(self) -> str:
         """The latest of: a journal entry (prompt, update, permission), shell input, agentctl's start.

@@ -1,4 +1,5 @@
-"""FIFO transport: the agent runs in another container as `sh -c 'exec "$@" <agent.in >agent.out'`.
+"""FIFO transport: the agent runs in another container as `sh -c '"$@" <agent.in >agent.out &'` (see the pod builder's
+agent wrapper).
 
 Open order that cannot deadlock: agent.out is opened for reading with O_NONBLOCK (always succeeds, and the
 read side reports EOF only after a writer came and went), then agent.in is opened for writing with O_NONBLOCK,

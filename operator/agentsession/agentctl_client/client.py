@@ -20,6 +20,8 @@ from pydantic import BaseModel, ValidationError
 from agentsession.agentctl_api import (
     CancelBody,
     CancelResponse,
+    DrainBody,
+    DrainResponse,
     ErrorResponse,
     HistoryResponse,
     JournalEntry,
@@ -39,6 +41,7 @@ from agentsession.agentctl_api import (
 )
 from agentsession.agentctl_routes import (
     CANCEL,
+    DRAIN,
     HISTORY,
     MODE,
     PERMISSION_RESPOND,
@@ -63,6 +66,8 @@ UPDATE_FRAME_MAX = 16 * 1024 * 1024  # one journal entry can carry a whole tool 
 STREAM_STATUS = 101  # the status of an upgraded connection, for errors in its frames
 
 M = TypeVar("M", bound=BaseModel)
+# Beyond a drain's timeout: agentctl's cancel grace and the answer's way back.
+DRAIN_ANSWER_MARGIN_SECONDS = 10.0
 
 
 class AgentctlError(RuntimeError):
@@ -125,6 +130,9 @@ class AgentctlApi(Protocol):
     async def set_mode(self, mode_id: str) -> ModeResponse: ...
 
     async def cancel(self) -> CancelResponse: ...
+
+    async def drain(self, timeout_seconds: float) -> DrainResponse:
+        """Lets a running turn finish up to the timeout, then cancels it; answers how the turn ended."""
 
     async def permissions(self) -> PermissionsResponse: ...
 
@@ -205,6 +213,12 @@ class AgentctlClient:
     async def cancel(self) -> CancelResponse:
         return await self._call(CANCEL, CancelResponse, _body(CancelBody.model_construct()))
 
+    async def drain(self, timeout_seconds: float) -> DrainResponse:
+        # The answer comes when the turn has ended or been cancelled: allow for the whole drain.
+        wait = aiohttp.ClientTimeout(total=timeout_seconds + DRAIN_ANSWER_MARGIN_SECONDS)
+        body = _body(DrainBody.model_construct(timeout_seconds=timeout_seconds))
+        return await self._call(DRAIN, DrainResponse, body, within=wait)
+
     async def permissions(self) -> PermissionsResponse:
         return await self._call(PERMISSIONS, PermissionsResponse)
 
@@ -239,7 +253,13 @@ class AgentctlClient:
         return route.path + (f"?{urlencode(query)}" if query else "")
 
     async def _call(
-        self, route: Route, answer: type[M], body: dict[str, object] | None = None, **query: str | int
+        self,
+        route: Route,
+        answer: type[M],
+        body: dict[str, object] | None = None,
+        *,
+        within: aiohttp.ClientTimeout | None = None,
+        **query: str | int,
     ) -> M:
         path = self._path(route, query)
         started = time.monotonic()
@@ -251,7 +271,7 @@ class AgentctlClient:
                     self.endpoint + path,
                     json=body,
                     headers=self._headers,
-                    timeout=self._timeout,
+                    timeout=within or self._timeout,
                 ) as response:
                     status, text = response.status, await response.text(errors="replace")
             except (aiohttp.ClientError, TimeoutError) as error:

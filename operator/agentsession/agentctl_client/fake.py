@@ -21,6 +21,7 @@ from agentsession.agentctl_api import (
     AcpActivity,
     AgentIdentity,
     CancelResponse,
+    DrainResponse,
     HistoryResponse,
     JournalEntry,
     ModeResponse,
@@ -39,6 +40,7 @@ from agentsession.agentctl_api import (
 from agentsession.agentctl_client.client import AgentctlApi, AgentctlError
 from agentsession.agentctl_routes import (
     CANCEL,
+    DRAIN,
     HISTORY,
     MODE,
     PERMISSION_RESPOND,
@@ -131,6 +133,8 @@ class FakeAgentctl:
         self.shell_log = ""
         self.shell_inputs: list[str] = []
         self.last_activity_at = _now()
+        self.stopping = False  # after a drain: prompts are refused until the next start
+        self.turn_outlasts_drain = False
         self.calls: list[tuple[str, tuple[Any, ...]]] = []  # every call, with its arguments
         self._failures: list[tuple[str | None, AgentctlError]] = []
         self._streams: set[asyncio.Queue[JournalEntry | None]] = set()
@@ -204,6 +208,7 @@ class FakeAgentctl:
 
     async def start(self, request: StartRequest) -> StartResponse:
         self._enter(START, request)
+        self.stopping = False
         self.agent_state = "running"
         wanted = request.session_id or self._resumable
         resumed = prompt_sent = False
@@ -255,6 +260,13 @@ class FakeAgentctl:
     async def prompt(self, text: str) -> PromptAccepted:
         self._enter(PROMPT, text)
         session_id = self._session(PROMPT)
+        if self.stopping:
+            raise self._refuse(
+                PROMPT,
+                409,
+                "conflict",
+                "the pod is stopping (the session is being suspended or deleted); prompts are refused",
+            )
         if self.turn_running:
             raise self._refuse(
                 PROMPT,
@@ -281,6 +293,37 @@ class FakeAgentctl:
         if self.turn_running:
             self._finish(None, "cancelled")
         return CancelResponse(success=True, turn_running=self.turn_running)
+
+    async def drain(self, timeout_seconds: float) -> DrainResponse:
+        """A running turn finishes within the drain, unless `turn_outlasts_drain` says it is cancelled at the
+        deadline."""
+        self._enter(DRAIN, timeout_seconds)
+        self.stopping = True
+        if not self.turn_running:
+            result = DrainResponse(
+                outcome="idle", waited_seconds=0.0, timeout_seconds=timeout_seconds, cancelled_permissions=0
+            )
+        elif not self.turn_outlasts_drain:
+            self._finish(None, "end_turn")
+            result = DrainResponse(
+                outcome="finished",
+                waited_seconds=0.0,
+                timeout_seconds=timeout_seconds,
+                cancelled_permissions=0,
+                stop_reason="end_turn",
+            )
+        else:
+            pending = len(self.pending)
+            await self.cancel()
+            result = DrainResponse(
+                outcome="cancelled",
+                waited_seconds=timeout_seconds,
+                timeout_seconds=timeout_seconds,
+                cancelled_permissions=pending,
+                stop_reason="cancelled",
+            )
+        self.append("drain", result.model_dump(mode="json"))
+        return result
 
     async def permissions(self) -> PermissionsResponse:
         self._enter(PERMISSIONS)

@@ -25,6 +25,11 @@ AGENTCTL_CONTAINER: Final = "agentctl"
 AGENT_CONTAINER: Final = "agent"
 TOKEN_KEY: Final = "token"
 FIFO_DIR: Final = "/run/agentctl"
+# The stop handshake in FIFO_DIR: the agent container's wrapper asks, agentctl drains and answers.
+STOP_REQUEST_FILE: Final = "stop-requested"
+STOPPED_FILE: Final = "stopped"
+# lifecycle.drainTimeout when unset: the pod's grace period adds the cancel grace and a margin to it.
+DEFAULT_DRAIN_SECONDS: Final = 20
 
 
 def pod_name(session: str) -> str:

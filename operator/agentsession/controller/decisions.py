@@ -25,6 +25,7 @@ from agentsession.controller.pod_builder import (
     build_pod,
     build_token_secret,
     build_workspace_claim,
+    drain_timeout,
 )
 from agentsession.controller.rejections import retry_after
 from agentsession.controller.status_mapper import Observation, start_due
@@ -82,6 +83,17 @@ class Suspend:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """Before the pod goes: agentctl lets a running turn finish up to the timeout, then cancels it.
+
+    The agent container's wrapper asks agentctl for the same drain when the kubelet stops it; asking first is how
+    the operator learns the outcome for its Event.
+    """
+
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
 class StartAcp:
     request: StartRequest
 
@@ -91,7 +103,7 @@ class PostEvent:
     event: Event
 
 
-Action = CreateChild | DeletePod | Suspend | StartAcp | PostEvent
+Action = CreateChild | Drain | DeletePod | Suspend | StartAcp | PostEvent
 
 
 @dataclass(frozen=True)
@@ -159,7 +171,7 @@ def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
         return [_delete(pod, "StalePodReplaced", "the pod belongs to an older session of this name")]
     if spec.suspend:
         if pod is not None and not pod.deleting:
-            return [_delete(pod, "Suspending", "spec.suspend is true: stopping the pod")]
+            return [*_drain(observed), _delete(pod, "Suspending", "spec.suspend is true: stopping the pod")]
         return []
     desired = build_pod(session, spec, config)
     if pod is None:
@@ -179,8 +191,21 @@ def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
     if failed is not None and restart_policy == "Always":
         return [_delete(pod, "ReplacingFailedPod", f"pod failed ({failed}); replacing it")]
     if pod.annotation(SPEC_HASH_ANNOTATION) != PodView(desired).annotation(SPEC_HASH_ANNOTATION):
-        return [_delete(pod, "PodSpecChanged", "the session's pod template changed; replacing the pod")]
+        return [
+            *_drain(observed),
+            _delete(pod, "PodSpecChanged", "the session's pod template changed; replacing the pod"),
+        ]
     return []
+
+
+def _drain(observed: Observed) -> list[Action]:
+    """A drain before the pod is deleted, where an agent may be in a turn: ACP started, and agentctl reachable."""
+    status = observed.session.status
+    if observed.token is None or not status.acp or not status.acp.sessionId:
+        return []
+    if not observed.session.condition_true("AgentctlReady"):
+        return []
+    return [Drain(drain_timeout(observed.spec))]
 
 
 def _delete(pod: PodView, reason: str, message: str) -> DeletePod:

@@ -20,6 +20,7 @@ from agentsession.agentctl_api import HEALTH_PATH, TOKEN_ENV
 from agentsession.api.constants import (
     AGENT_CONTAINER,
     AGENTCTL_CONTAINER,
+    DEFAULT_DRAIN_SECONDS,
     FIFO_DIR,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -28,6 +29,8 @@ from agentsession.api.constants import (
     LABEL_PART_OF,
     LABEL_SESSION,
     MANAGER,
+    STOP_REQUEST_FILE,
+    STOPPED_FILE,
     TOKEN_KEY,
     pod_name,
     token_secret_name,
@@ -51,7 +54,11 @@ CA_FILE = f"{CA_DIR}/ca.crt"
 # OpenSSL-based runtimes read one bundle: the image's roots plus the extra CAs, joined at start on a writable volume.
 CA_BUNDLE_FILE = "/tmp/.agentsession/ca-bundle.crt"
 SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
-DEFAULT_GRACE_SECONDS = 30
+# The pod's grace period is the drain timeout plus this: the cancel grace of a drain that ran out, then the agent's
+# and agentctl's exits.
+GRACE_MARGIN_SECONDS = 10
+STOP_REQUEST = f"{FIFO_DIR}/{STOP_REQUEST_FILE}"
+STOPPED = f"{FIFO_DIR}/{STOPPED_FILE}"
 # The agent may start before agentctl has made the FIFOs (e.g. after an agent-only restart race);
 # wait for them, but not forever, so a broken sidecar shows up as a crash-looping agent.
 FIFO_WAIT_TENTHS = 600
@@ -60,12 +67,20 @@ FIFO_WAIT_TENTHS = 600
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 
 
-def agent_wrapper(state_dirs: list[str], extra_ca: bool) -> str:
-    """The agent container's shell prologue: prepare what the agent expects, then exec it on the FIFO pair.
+def agent_wrapper(state_dirs: list[str], extra_ca: bool, drain_seconds: float) -> str:
+    """The agent container's shell: prepare what the agent expects, run it on the FIFO pair, stop it gracefully.
 
-    `state_dirs` are variable names (HOME first) whose directories must exist before the agent runs."""
+    `state_dirs` are variable names (HOME first) whose directories must exist before the agent runs.
+
+    The agent runs as the shell's child, not as PID 1, which ignores SIGTERM unless it handles it (most agents do
+    not, so every stop waited out the grace period). On the kubelet's SIGTERM the shell asks agentctl to drain
+    (STOP_REQUEST), waits until agentctl has (STOPPED) or the agent has exited, at most the drain timeout and a
+    margin, then sends the agent SIGTERM.
+    """
     dirs = " ".join(f'"${name}"' for name in state_dirs)
     steps = [
+        "stopping=",
+        "trap 'stopping=1' TERM INT",
         f"for d in {dirs}; do "
         '[ -z "$d" ] || mkdir -p "$d" || '
         '{ echo "agent: cannot create directory $d; mount a writable volume there or change the variable" >&2; '
@@ -77,15 +92,32 @@ def agent_wrapper(state_dirs: list[str], extra_ca: bool) -> str:
             f'{{ cat "{SYSTEM_CA_FILE}" 2>/dev/null; cat "{CA_FILE}"; }} >"{CA_BUNDLE_FILE}" || '
             f'{{ echo "agent: cannot read the CA bundle {CA_FILE}; check spec.agent.caBundle" >&2; exit 1; }}'
         )
+    wait_tenths = math.ceil(drain_seconds + GRACE_MARGIN_SECONDS / 2) * 10
     steps += [
         "i=0",
-        f'while [ ! -p "{AGENT_IN}" ] || [ ! -p "{AGENT_OUT}" ]; do '
+        f'while [ -z "$stopping" ] && {{ [ ! -p "{AGENT_IN}" ] || [ ! -p "{AGENT_OUT}" ]; }}; do '
         f'i=$((i+1)); if [ "$i" -gt {FIFO_WAIT_TENTHS} ]; then '
         'echo "agent: agentctl FIFOs did not appear in 60s; is the agentctl sidecar running?" >&2; exit 1; fi; '
         "sleep 0.1; done",
-        f'exec "$@" <"{AGENT_IN}" >"{AGENT_OUT}"',
+        '[ -z "$stopping" ] || exit 143',
+        f'"$@" <"{AGENT_IN}" >"{AGENT_OUT}" & agent=$!',
+        'wait "$agent"; code=$?',
+        'if [ -n "$stopping" ]; then '
+        f': >"{STOP_REQUEST}"; i=0; '
+        f'while kill -0 "$agent" 2>/dev/null && [ ! -e "{STOPPED}" ] && [ "$i" -lt {wait_tenths} ]; do '
+        "i=$((i+1)); sleep 0.1; done; "
+        'kill -TERM "$agent" 2>/dev/null; wait "$agent"; code=$?; fi',
+        'exit "$code"',
     ]
     return "; ".join(steps)
+
+
+def drain_timeout(spec: AgentSessionSpec) -> float:
+    """lifecycle.drainTimeout in seconds: how long a running turn may finish when the pod stops."""
+    lifecycle = spec.lifecycle
+    if lifecycle and lifecycle.drainTimeout:
+        return parse_duration(lifecycle.drainTimeout)
+    return float(DEFAULT_DRAIN_SECONDS)
 
 
 class SpecError(ValueError):
@@ -323,6 +355,8 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
     ca_bundle = _ca_bundle(spec, config)
     agent_image, agent_argv = _agent_command(spec, profile, config)
     agentctl_image = (spec.agentctl.image if spec.agentctl else None) or config.image
+    lifecycle = spec.lifecycle
+    drain_seconds = drain_timeout(spec)
     mounts = [
         {"name": WORKSPACE_VOLUME, "mountPath": mount_path},
         {"name": FIFO_VOLUME, "mountPath": FIFO_DIR},
@@ -342,6 +376,8 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             mount_path,
             "--agent-fifo-dir",
             FIFO_DIR,
+            "--drain-timeout",
+            f"{drain_seconds:g}",
             "--log-format",
             "json",
         ],
@@ -366,7 +402,9 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
     if ca_bundle is not None:
         agent_mounts.append({"name": CA_VOLUME, "mountPath": CA_DIR, "readOnly": True})
     wrapper = agent_wrapper(
-        ["HOME", *(profile.state_dirs if profile else [])], extra_ca=ca_bundle is not None
+        ["HOME", *(profile.state_dirs if profile else [])],
+        extra_ca=ca_bundle is not None,
+        drain_seconds=drain_seconds,
     )
     agent = {
         "name": AGENT_CONTAINER,
@@ -384,18 +422,13 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
     if env_from:
         agent["envFrom"] = env_from
 
-    lifecycle = spec.lifecycle
     template = spec.podTemplate
     init_containers = [c for c in (_clone_container(spec, config, mount_path), agentctl) if c is not None]
     pod_spec: Manifest = {
         "restartPolicy": "Never" if lifecycle and lifecycle.restartPolicy == "Never" else "Always",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": (
-            math.ceil(parse_duration(lifecycle.drainTimeout))
-            if lifecycle and lifecycle.drainTimeout
-            else DEFAULT_GRACE_SECONDS
-        ),
+        "terminationGracePeriodSeconds": math.ceil(drain_seconds) + GRACE_MARGIN_SECONDS,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": config.run_as_user,

@@ -25,6 +25,7 @@ from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import (
     CreateChild,
     DeletePod,
+    Drain,
     Event,
     Observed,
     Plan,
@@ -43,7 +44,7 @@ from agentsession.controller.status_mapper import (
     map_status,
     readiness_pending_since,
 )
-from agentsession.controller.transitions import status_events
+from agentsession.controller.transitions import drain_event, status_events
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.ops import create_or_read, post_event, read_session_token
@@ -180,6 +181,8 @@ class Reconciler:
                     outcome.pods_created += int(created)
                 if created and action.on_created is not None:
                     await self._event(session, action.on_created)
+            elif isinstance(action, Drain):
+                await self._drain(observed, action)
             elif isinstance(action, DeletePod):
                 # Gone already, or the name now holds a newer pod: either way not ours to delete.
                 with contextlib.suppress(NotFound, Conflict):
@@ -218,6 +221,21 @@ class Reconciler:
             lastError=None,
             **recorded,
         )
+
+    async def _drain(self, observed: Observed, action: Drain) -> None:
+        """Asks agentctl to drain and tells the outcome; a failure only loses the Event, as the agent container
+        asks agentctl for the same drain when it is stopped."""
+        pod, token, session = observed.pod, observed.token, observed.session
+        assert pod is not None
+        assert token is not None
+        try:
+            result = await self._agentctl(self._endpoint(pod), token).drain(action.timeout_seconds)
+        except AgentctlError as error:
+            log.warning("drain of %s/%s before stopping its pod failed: %s", *session.key, error)
+            return
+        record = drain_event(result)
+        if record is not None:
+            await self._event(session, Event(record.type, record.reason, record.message))
 
     def _endpoint(self, pod: Manifest) -> str:
         host = self._config.agentctl_host_override or PodView(pod).ip

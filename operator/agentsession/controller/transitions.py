@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentsession.agentctl_api import DrainResponse
 from agentsession.api.models import AgentSessionStatus
 from agentsession.controller.rejections import QUOTA_REASON
 from agentsession.controller.status_mapper import FAILED_REASONS, IMAGE_PULL_REASONS
@@ -59,3 +60,28 @@ def _phase_message(status: AgentSessionStatus, why: str) -> str:
     if status.phase == "Ready" and startup is not None and startup.initializedSeconds is not None:
         return f"Ready: {why} ({startup.initializedSeconds:.1f}s after the pod was created)"
     return f"{status.phase}: {why}"
+
+
+def drain_event(result: DrainResponse) -> EventRecord | None:
+    """How a drain before a pod's deletion ended; nothing to tell when no turn was running."""
+    if result.outcome == "idle":
+        return None
+    if result.outcome == "finished":
+        return EventRecord(
+            "Normal",
+            "TurnFinished",
+            f"the running turn finished {result.waited_seconds:.1f}s into the drain "
+            f"(stop reason {result.stop_reason}); stopping the pod",
+        )
+    permissions = result.cancelled_permissions
+    answered = (
+        f"; {permissions} pending permission request{'s' if permissions != 1 else ''} answered as cancelled"
+        if permissions
+        else ""
+    )
+    return EventRecord(
+        "Warning",
+        "TurnCancelled",
+        f"the turn was still running at lifecycle.drainTimeout ({result.timeout_seconds:g}s) and was "
+        f"cancelled through ACP{answered}; stopping the pod",
+    )

@@ -147,6 +147,22 @@ async def test_readiness_is_announced_and_the_update_stream_opened(gateway: Gate
     assert (await gateway.registry.ready_client(KEY)).endpoint == endpoint("10.0.0.7")
 
 
+async def test_agentctl_ready_before_acp_starts_then_ready_once_it_has(gateway: Gateway) -> None:
+    # The operator's first write: agentctl answers, ACP not started yet (the agent is still "stopped").
+    first = status(ready=True)
+    first["phase"], first["acp"] = "Starting", None
+    for condition in first["conditions"]:
+        if condition["type"] != "AgentctlReady":
+            condition.update(status="False", reason="Initializing")
+    await gateway.session()
+    await gateway.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": first}, status=True)
+    await until("connected", gateway.connected)
+    assert gateway.client.statuses()[-1] == "initializing"
+    # Then ACP starts and the operator writes AgentInitialized: what agentctl said at connection is out of date.
+    await gateway.operator_writes(ready=True)
+    await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
+
+
 async def test_a_turn_is_fanned_out_between_processing_and_ready(gateway: Gateway) -> None:
     await gateway.session(ready=True)
     await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])

@@ -58,8 +58,11 @@ def test_agentctl_is_a_native_sidecar_with_probes_on_health() -> None:
     agentctl = container(pod_for({}), "agentctl")
     assert agentctl["restartPolicy"] == "Always"
     assert agentctl["image"] == "agentsession:test"
-    for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
+    for probe in ("readinessProbe", "livenessProbe"):
         assert agentctl[probe]["httpGet"] == {"path": "/health", "port": "agentctl"}
+    # Readiness from the first second: no startup probe holds the agent container back.
+    assert "startupProbe" not in agentctl
+    assert agentctl["readinessProbe"]["periodSeconds"] == 1
     assert agentctl["ports"] == [{"name": "agentctl", "containerPort": 9999, "protocol": "TCP"}]
     token = next(e for e in agentctl["env"] if e["name"] == "AGENTCTL_TOKEN")
     assert token["valueFrom"]["secretKeyRef"] == {"name": "fix-bug-agentctl-token", "key": "token"}

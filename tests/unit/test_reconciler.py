@@ -141,6 +141,9 @@ class World:
         status: dict[str, Any] = self.session().get("status") or {}
         return status
 
+    def condition(self, kind: str) -> dict[str, Any] | None:
+        return next((c for c in self.status()["conditions"] if c["type"] == kind), None)
+
     def reasons(self) -> dict[str, str]:
         return {c["type"]: c["reason"] for c in self.status()["conditions"]}
 
@@ -211,7 +214,7 @@ async def test_ready_agentctl_starts_acp_with_the_prompt_once() -> None:
     starts = [args for call, args in world.agentctl.calls if call == "start"]
     assert len(starts) == 1
     assert starts[0][0].prompt == "hello"
-    assert world.event_reasons() == ["PodCreated", "Pending", "Ready"], (
+    assert world.event_reasons() == ["PodCreated", "Pending", "Initializing", "Ready"], (
         "a short story: no Event per condition"
     )
 
@@ -326,8 +329,8 @@ async def test_an_agentctl_restart_resumes_the_acp_session() -> None:
     assert (start.session_id, start.prompt) == (session_id, None)
     assert world.status()["acp"]["agentctlRestartCount"] == 1
     assert world.status()["phase"] == "Ready"
-    # It passed through AgentctlRestarted only within this reconcile: no flapping Events.
-    assert "AgentctlRestarted" not in world.event_reasons()
+    # The restart is told once, while ACP resumes, then the session is Ready again.
+    assert world.event_reasons() == ["AgentctlRestarted", "Ready"]
 
 
 async def test_a_failed_start_is_retried_after_the_configured_delay() -> None:
@@ -400,6 +403,30 @@ async def test_a_pod_template_change_replaces_the_pod() -> None:
     await world.patch_spec(podTemplate={"labels": {"team": "blue"}})
     await world.reconcile()
     assert ("Normal", "PodSpecChanged") in world.events()
+    await world.reconcile()
+    assert world.kubelet.pod()["metadata"]["labels"]["team"] == "blue"
+
+
+async def test_a_template_change_during_a_turn_waits_for_its_end() -> None:
+    world = World()
+    await world.until_ready()
+    first = world.kubelet.pod()["metadata"]["uid"]
+    world.agentctl.turns.append(FakeTurn(hold=True))
+    await world.agentctl.prompt("a long piece of work")
+    await world.patch_spec(podTemplate={"labels": {"team": "blue"}})
+    # Looked at again soon, to see whether the turn has ended.
+    assert await world.reconcile() == 2.0
+    assert world.kubelet.pod()["metadata"]["uid"] == first
+    pending = world.condition("RestartPending")
+    assert (pending["status"], pending["reason"]) == ("True", "TurnRunning")
+    assert "delete the pod to replace it now" in pending["message"]
+    assert world.status()["phase"] == "Ready"
+    assert "drain" not in [call for call, _ in world.agentctl.calls]
+
+    world.agentctl.end_turn()
+    await world.reconcile()
+    assert ("Normal", "PodSpecChanged") in world.events()
+    assert world.condition("RestartPending") is None
     await world.reconcile()
     assert world.kubelet.pod()["metadata"]["labels"]["team"] == "blue"
 

@@ -50,6 +50,7 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
         "metrics_host": ("127.0.0.1", "127.0.0.1"),
         "liveness_port": ("9081", 9081),
         "liveness_host": ("127.0.0.1", "127.0.0.1"),
+        "max_concurrent_reconciles": ("4", 4),
         "watch_stall_seconds": ("30", 30.0),
         "log_format": ("json", "json"),
         "log_level": ("warning", "WARNING"),

@@ -106,6 +106,36 @@ async def test_work_queue_coalesces_and_serialises_per_key() -> None:
     await queue.shutdown()
 
 
+async def test_work_queue_bounds_how_many_sessions_reconcile_at_once() -> None:
+    running = peak = 0
+    release, all_done = asyncio.Event(), asyncio.Event()
+    finished: list[str] = []
+
+    async def reconcile(namespace: str, name: str) -> float | None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+        finished.append(name)
+        if len(finished) == 5:
+            all_done.set()
+        return None
+
+    queue = WorkQueue(reconcile, concurrency=2)
+    for name in "abcde":
+        queue.trigger(("ns", name))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert running == 2
+    release.set()
+    async with asyncio.timeout(5):
+        await all_done.wait()
+    assert peak == 2
+    assert sorted(finished) == list("abcde")
+    await queue.shutdown()
+
+
 async def test_work_queue_retries_failures_with_backoff() -> None:
     attempts = 0
     done = asyncio.Event()

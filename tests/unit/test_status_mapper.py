@@ -420,3 +420,8 @@ def test_only_readiness_failures_since_agentctl_started_count() -> None:
     )
     assert latest_readiness_failure(map(EventView, events[:2]), "2026-01-01T12:00:00Z") is None
     assert latest_readiness_failure([], "2026-01-01T12:00:00Z") is None
+    # Refused connections while agentctl's interpreter loads are its start, not a failure; still failing later is.
+    loading = [event("Readiness probe failed: connection refused", "2026-01-01T12:00:02Z")]
+    assert latest_readiness_failure(map(EventView, loading), "2026-01-01T12:00:00Z") is None
+    still = [event("Readiness probe failed: connection refused", "2026-01-01T12:00:03Z")]
+    assert latest_readiness_failure(map(EventView, still), "2026-01-01T12:00:00Z") is not None

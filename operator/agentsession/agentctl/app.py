@@ -15,7 +15,7 @@ from agentsession.agentctl.drain import clear_stop_files, serve_stop_requests
 from agentsession.agentctl.http_common import json_ok
 from agentsession.agentctl.middleware import make_middlewares
 from agentsession.agentctl.openapi import build_openapi
-from agentsession.agentctl.services import SERVICES, Services
+from agentsession.agentctl.services import SERVICES, Services, preload_acp
 from agentsession.agentctl_routes import OPENAPI
 
 
@@ -45,22 +45,23 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
         ],
     )
 
-    fifo_dir = config.agent_fifo_dir
-    if fifo_dir is not None:
-        clear_stop_files(fifo_dir)
-
-        async def stop_requests(app: web.Application) -> AsyncIterator[None]:
-            svc = app[SERVICES]
-            task = asyncio.create_task(
-                serve_stop_requests(fifo_dir, svc.drainer, svc.bridge, config.drain_timeout),
-                name="agentctl: stop requests",
+    async def background(app: web.Application) -> AsyncIterator[None]:
+        svc = app[SERVICES]
+        tasks = [asyncio.create_task(preload_acp(), name="agentctl: load ACP")]
+        if config.agent_fifo_dir is not None:
+            clear_stop_files(config.agent_fifo_dir)
+            stop_requests = serve_stop_requests(
+                config.agent_fifo_dir, svc.drainer, lambda: svc.bridge, config.drain_timeout
             )
-            yield
+            tasks.append(asyncio.create_task(stop_requests, name="agentctl: stop requests"))
+        yield
+        for task in tasks:
             task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-        app.cleanup_ctx.append(stop_requests)
+    app.cleanup_ctx.append(background)
 
     async def on_shutdown(app: web.Application) -> None:
         await app[SERVICES].close()

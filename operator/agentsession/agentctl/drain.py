@@ -13,12 +13,15 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agentsession.agentctl.acp_bridge import AgentBridge
 from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.events import EventHub
 from agentsession.agentctl_api import DrainResponse
 from agentsession.api.constants import STOP_REQUEST_FILE, STOPPED_FILE
+
+if TYPE_CHECKING:
+    from agentsession.agentctl.acp_bridge import AgentBridge
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +38,9 @@ def _stop_reason(turn: asyncio.Task[str]) -> str | None:
 
 class Drainer:
     def __init__(
-        self, bridge: AgentBridge, hub: EventHub, clock: Callable[[], float] = time.monotonic
+        self, bridge: Callable[[], AgentBridge], hub: EventHub, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._bridge = bridge
+        self._bridge = bridge  # made on first use, once the ACP library is loaded
         self._hub = hub
         self._clock = clock
         self._running: asyncio.Task[DrainResponse] | None = None
@@ -50,7 +53,7 @@ class Drainer:
         return await asyncio.shield(self._running)
 
     async def _drain(self, timeout_seconds: float) -> DrainResponse:
-        bridge = self._bridge
+        bridge = self._bridge()
         bridge.stopping = True
         turn = bridge.current_turn
         started = self._clock()
@@ -88,7 +91,7 @@ class Drainer:
 
 
 async def serve_stop_requests(
-    fifo_dir: Path, drainer: Drainer, bridge: AgentBridge, timeout_seconds: float
+    fifo_dir: Path, drainer: Drainer, bridge: Callable[[], AgentBridge], timeout_seconds: float
 ) -> None:
     """Waits for the agent container's stop request, drains, ends the agent's input, and says so in a file.
 
@@ -101,7 +104,7 @@ async def serve_stop_requests(
         await asyncio.sleep(STOP_POLL_SECONDS)
     log.info("the pod is stopping: draining the agent")
     await drainer.drain(timeout_seconds)
-    await bridge.stop()
+    await bridge().stop()
     stopped.touch()
 
 

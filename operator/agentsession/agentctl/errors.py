@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from acp import RequestError
+if TYPE_CHECKING:
+    # Only for the annotation: agentctl answers its probes before the ACP library is loaded.
+    from acp import RequestError
 
 
 class ApiError(Exception):

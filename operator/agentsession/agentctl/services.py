@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import importlib
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentsession.agentctl.acp_bridge import AgentBridge
 from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.config import Config
 from agentsession.agentctl.drain import Drainer
@@ -20,6 +23,15 @@ from agentsession.agentctl.shell import ShellSession
 from agentsession.agentctl.transport import AgentTransport
 from agentsession.agentctl.transport_fifo import FifoTransport
 from agentsession.agentctl.transport_subprocess import SubprocessTransport
+
+if TYPE_CHECKING:
+    from agentsession.agentctl.acp_bridge import AgentBridge
+
+
+async def preload_acp() -> None:
+    """Loads the ACP side in a thread while the event loop serves; a request that needs it before then waits on
+    the import lock."""
+    await asyncio.to_thread(importlib.import_module, "agentsession.agentctl.acp_bridge")
 
 
 @dataclass
@@ -36,12 +48,13 @@ class Services:
     journal: Journal
     hub: EventHub
     permissions: PermissionBroker
-    bridge: AgentBridge
+    transport: AgentTransport
+    store: SessionStore
     shell: ShellSession
-    drainer: Drainer
     started: float = field(default_factory=time.monotonic)
     started_at: str = field(default_factory=utc_now)
     clients: StreamCounts = field(default_factory=StreamCounts)
+    _bridge: AgentBridge | None = None
 
     @classmethod
     def build(cls, config: Config) -> Services:
@@ -56,9 +69,24 @@ class Services:
         else:
             transport = SubprocessTransport(config.agent_command, config.workdir, config.child_env)
         store = SessionStore(config.session_state_path)
-        bridge = AgentBridge(config, transport, hub, permissions, metrics, store)
         shell = ShellSession(config.shell_command, config.workdir, config.child_env)
-        return cls(config, metrics, journal, hub, permissions, bridge, shell, Drainer(bridge, hub))
+        return cls(config, metrics, journal, hub, permissions, transport, store, shell)
+
+    @property
+    def bridge(self) -> AgentBridge:
+        """The ACP side, made on first use: loading the ACP library takes most of agentctl's start, so agentctl
+        listens (and answers its probes) first and loads it in the background (`preload_acp`)."""
+        if self._bridge is None:
+            from agentsession.agentctl.acp_bridge import AgentBridge
+
+            self._bridge = AgentBridge(
+                self.config, self.transport, self.hub, self.permissions, self.metrics, self.store
+            )
+        return self._bridge
+
+    @functools.cached_property
+    def drainer(self) -> Drainer:
+        return Drainer(lambda: self.bridge, self.hub)
 
     def last_activity_at(self) -> str:
         """The latest of: a journal entry (prompt, update, permission), shell input, agentctl's start.
@@ -69,7 +97,8 @@ class Services:
         return max(m for m in moments if m is not None)
 
     async def close(self) -> None:
-        await self.bridge.shutdown()
+        if self._bridge is not None:
+            await self._bridge.shutdown()
         await self.shell.close()
         self.hub.close_all()
         self.journal.close()

@@ -52,7 +52,9 @@ RESERVED_MOUNT_PATHS = ("/", "/tmp", "/run/agentctl", "/etc/agentsession", "/pro
 KubeObject = dict[str, Any]
 
 AgentType = Literal["demo", "claude-code", "codex", "gemini", "custom"]
-ConditionType = Literal["PodScheduled", "AgentctlReady", "AgentInitialized", "Suspended", "Ready"]
+ConditionType = Literal[
+    "PodScheduled", "AgentctlReady", "AgentInitialized", "Suspended", "Ready", "RestartPending"
+]
 ConditionStatus = Literal["True", "False", "Unknown"]
 Phase = Literal["Suspended", "Pending", "Starting", "Ready", "Failed", "Terminating"]
 

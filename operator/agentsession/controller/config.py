@@ -167,6 +167,9 @@ class OperatorConfig(BaseSettings):
         default=8081, ge=0, le=65535, description="Port of the liveness endpoint `/healthz`; 0 disables it."
     )
     liveness_host: str = Field(default="0.0.0.0", description="Address of the liveness endpoint.")
+    max_concurrent_reconciles: int = Field(
+        default=32, ge=1, le=1000, description="Sessions reconciled at the same time; more wait their turn."
+    )
     watch_stall_seconds: float = Field(
         default=120.0, gt=0, description="Liveness fails when the watch has missed changes this long."
     )

@@ -33,6 +33,8 @@ from agentsession.kube.views import PodView, SessionView
 
 # When agentctl cannot say how long the agent has been idle, it is asked again after at most this long.
 IDLE_RETRY_SECONDS = 30.0
+# While a restart waits for the running turn, how often agentctl is asked whether it has ended.
+RESTART_RECHECK_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,13 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class DeferRestart:
+    """The pod's template changed while a turn runs: the pod is replaced once the turn has ended."""
+
+    message: str
+
+
+@dataclass(frozen=True)
 class StartAcp:
     request: StartRequest
 
@@ -103,7 +112,7 @@ class PostEvent:
     event: Event
 
 
-Action = CreateChild | Drain | DeletePod | Suspend | StartAcp | PostEvent
+Action = CreateChild | Drain | DeletePod | DeferRestart | Suspend | StartAcp | PostEvent
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,14 @@ def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
     if failed is not None and restart_policy == "Always":
         return [_delete(pod, "ReplacingFailedPod", f"pod failed ({failed}); replacing it")]
     if pod.annotation(SPEC_HASH_ANNOTATION) != PodView(desired).annotation(SPEC_HASH_ANNOTATION):
+        activity = observed.activity
+        if activity is not None and (activity.acp.turn_running or activity.pending_permissions):
+            return [
+                DeferRestart(
+                    "the session's pod template changed; the pod is replaced when the running turn ends "
+                    "(delete the pod to replace it now)"
+                )
+            ]
         return [
             *_drain(observed),
             _delete(pod, "PodSpecChanged", "the session's pod template changed; replacing the pod"),
@@ -247,18 +264,24 @@ def _idle(observed: Observed) -> tuple[list[Action], float | None]:
     return [Suspend(Event("Normal", "IdleTimeout", message))], None
 
 
-def wants_activity(session: SessionView, spec: AgentSessionSpec, pod: Manifest | None) -> bool:
-    """Whether the idle check needs agentctl's activity report: a Ready session with an idle timeout."""
+def wants_activity(
+    session: SessionView, spec: AgentSessionSpec, pod: Manifest | None, config: OperatorConfig
+) -> bool:
+    """Whether deciding needs agentctl's activity report: for the idle check of a Ready session with an idle
+    timeout, or to know whether a turn runs on a pod whose template changed."""
+    if pod is None or spec.suspend or session.deleting or session.status.podUID != PodView(pod).uid:
+        return False
     lifecycle = spec.lifecycle
-    return (
-        pod is not None
-        and not spec.suspend
-        and not session.deleting
-        and lifecycle is not None
-        and bool(lifecycle.idleTimeout)
-        and session.status.phase == "Ready"
-        and session.status.podUID == PodView(pod).uid
-    )
+    if lifecycle is not None and lifecycle.idleTimeout and session.status.phase == "Ready":
+        return True
+    acp = session.status.acp
+    if acp is None or not acp.sessionId:
+        return False
+    try:
+        desired = build_pod(session.ref, spec, config)
+    except SpecError:
+        return False
+    return PodView(pod).annotation(SPEC_HASH_ANNOTATION) != PodView(desired).annotation(SPEC_HASH_ANNOTATION)
 
 
 def requeue_after(
@@ -277,4 +300,6 @@ def requeue_after(
         delays.append(config.start_retry_seconds)
     if plan.idle_recheck is not None and status.phase == "Ready":
         delays.append(plan.idle_recheck)
+    if any(isinstance(a, DeferRestart) for a in plan.actions):
+        delays.append(RESTART_RECHECK_SECONDS)
     return min(delays) if delays else None

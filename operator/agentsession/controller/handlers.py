@@ -72,6 +72,9 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     # The reconciler posts its own Events; kopf's would repeat handler log lines as Events.
     settings.posting.level = logging.ERROR
     settings.execution.max_workers = 8
+    # kopf waits this long for more events of an object before handling the last; the handlers only trigger the
+    # work queue, which coalesces by itself, so waiting would only delay every status by it.
+    settings.batching.batch_window = 0.01
     # Serving named namespaces needs no namespace or CRD discovery, nor the cluster-wide RBAC it would take.
     settings.scanning.disabled = config.watches_fixed_namespaces
 
@@ -120,7 +123,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         config=config,
         kube=kube,
         http=http,
-        queue=WorkQueue(reconciler.reconcile),
+        queue=WorkQueue(reconciler.reconcile, config.max_concurrent_reconciles),
         watch_health=WatchHealth(config.watch_stall_seconds),
         metrics_runner=await _serve_metrics(config),
     )

@@ -389,8 +389,9 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             {"name": "HOME", "value": "/tmp"},
         ],
         "ports": [{"name": "agentctl", "containerPort": config.agentctl_port, "protocol": "TCP"}],
-        "startupProbe": _http_probe("agentctl", period=1, failures=120),
-        "readinessProbe": _http_probe("agentctl", period=2, failures=2),
+        # No startup probe: the agent container starts beside agentctl (its wrapper waits for the FIFOs), and
+        # readiness, checked every second from the start, flips as soon as agentctl listens.
+        "readinessProbe": _http_probe("agentctl", period=1, failures=2),
         "livenessProbe": _http_probe("agentctl", period=10, failures=3, timeout=5),
         "resources": _resources(
             spec.agentctl.resources if spec.agentctl else None, config.agentctl_resources

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -24,6 +24,7 @@ from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import (
     CreateChild,
+    DeferRestart,
     DeletePod,
     Drain,
     Event,
@@ -74,6 +75,7 @@ class Outcome:
     pods_created: int
     acp: AcpStatus | None
     rejection: Rejection | None = None
+    restart_pending: str | None = None
 
 
 class Reconciler:
@@ -93,6 +95,8 @@ class Reconciler:
         self._clock = clock
         self._new_token = new_token
         self._phases: dict[tuple[str, str], Phase] = {}
+        # A session's token never changes while the session lives: read once per session uid, not per reconcile.
+        self._tokens: dict[tuple[str, str], tuple[str, str]] = {}
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
         """Returns seconds after which to reconcile again, or None to wait for the next event."""
@@ -109,12 +113,28 @@ class Reconciler:
         observed = await self._observe(namespace, name)
         if observed is None:
             self._set_phase((namespace, name), None)
+            self._tokens.pop((namespace, name), None)
             return None
         plan = decide(observed, self._config, self._new_token)
-        outcome = await self._act(observed, plan)
+        written = observed.session.status
+
+        async def report(outcome: Outcome) -> AgentSessionStatus:
+            nonlocal written
+            status = self._status(observed, plan, outcome)
+            await self._write(observed.session, written, status)
+            written = status
+            return status
+
+        outcome = await self._act(observed, plan, report)
+        status = await report(outcome)
+        return requeue_after(
+            plan, outcome.rejection is not None, observed.session.status, status, observed.now, self._config
+        )
+
+    def _status(self, observed: Observed, plan: Plan, outcome: Outcome) -> AgentSessionStatus:
         previous = observed.session.status
         acp = outcome.acp if outcome.acp is not None else previous.acp
-        status = map_status(
+        return map_status(
             observation(
                 observed,
                 self._config,
@@ -124,11 +144,8 @@ class Reconciler:
                 ),
                 spec_error=observed.spec_error or plan.spec_error,
                 rejection=outcome.rejection,
+                restart_pending=outcome.restart_pending,
             )
-        )
-        await self._write(observed.session, status)
-        return requeue_after(
-            plan, outcome.rejection is not None, previous, status, observed.now, self._config
         )
 
     # --- observe ---
@@ -144,7 +161,7 @@ class Reconciler:
         except ValidationError as error:
             spec, spec_error = AgentSessionSpec(), _spec_problem(error)
         pod = self._pod_lookup(namespace, pod_name(name))
-        token = None if session.deleting else await read_session_token(self._kube, namespace, name)
+        token = None if session.deleting else await self._token(session)
         observed = Observed(session, spec, spec_error, pod, token, self._clock())
         if pod is not None and (since := readiness_pending_since(pod)) is not None:
             # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
@@ -152,18 +169,35 @@ class Reconciler:
             events = (await self._kube.list(EVENTS, namespace, field_selector=selector)).items
             failure = latest_readiness_failure(map(EventView, events), since)
             observed = replace(observed, probe_message=failure)
-        if pod is not None and token is not None and wants_activity(session, spec, pod):
+        if pod is not None and token is not None and wants_activity(session, spec, pod, self._config):
             try:
                 activity = await self._agentctl(self._endpoint(pod), token).status()
                 observed = replace(observed, activity=activity)
             except AgentctlError as error:
+                self._refused_token(session, error)
                 log.warning("idle check of %s/%s failed: %s", namespace, name, error)
                 observed = replace(observed, activity_error=str(error))
         return observed
 
+    async def _token(self, session: SessionView) -> str | None:
+        cached = self._tokens.get(session.key)
+        if cached is not None and cached[0] == session.uid:
+            return cached[1]
+        token = await read_session_token(self._kube, session.namespace, session.name)
+        if token is not None:
+            self._tokens[session.key] = (session.uid, token)
+        return token
+
+    def _refused_token(self, session: SessionView, error: AgentctlError) -> None:
+        """agentctl refusing the token means the Secret was replaced: read it again next time."""
+        if error.status == 401:
+            self._tokens.pop(session.key, None)
+
     # --- act ---
 
-    async def _act(self, observed: Observed, plan: Plan) -> Outcome:
+    async def _act(
+        self, observed: Observed, plan: Plan, report: Callable[[Outcome], Awaitable[AgentSessionStatus]]
+    ) -> Outcome:
         outcome = Outcome(observed.pod, observed.session.status.podsCreated or 0, None)
         session = observed.session
         for action in plan.actions:
@@ -194,7 +228,11 @@ class Reconciler:
                 )
                 await self._event(session, action.event)
             elif isinstance(action, StartAcp):
+                # AgentctlReady is written before ACP starts, which takes the agent's own start-up time.
+                await report(outcome)
                 outcome.acp = await self._start_acp(observed, action)
+            elif isinstance(action, DeferRestart):
+                outcome.restart_pending = action.message
             elif isinstance(action, PostEvent):
                 await self._event(session, action.event)
         return outcome
@@ -210,6 +248,7 @@ class Reconciler:
         try:
             response = await self._agentctl(self._endpoint(pod), token).start(action.request)
         except AgentctlError as error:
+            self._refused_token(observed.session, error)
             log.warning("ACP start for pod %s failed: %s", PodView(pod).name, error)
             return old.model_copy(update={**recorded, "lastError": str(error)[:4000]})
         return AcpStatus(
@@ -231,6 +270,7 @@ class Reconciler:
         try:
             result = await self._agentctl(self._endpoint(pod), token).drain(action.timeout_seconds)
         except AgentctlError as error:
+            self._refused_token(session, error)
             log.warning("drain of %s/%s before stopping its pod failed: %s", *session.key, error)
             return
         record = drain_event(result)
@@ -243,13 +283,20 @@ class Reconciler:
 
     # --- report ---
 
-    async def _write(self, session: SessionView, status: AgentSessionStatus) -> None:
-        previous = session.status
+    async def _write(
+        self, session: SessionView, previous: AgentSessionStatus, status: AgentSessionStatus
+    ) -> None:
+        """Writes `status` if it differs from `previous` (what the API holds), with the Events of the change."""
         new = status.model_dump(mode="json")
         if new != previous.model_dump(mode="json"):
-            await self._kube.patch(
-                AGENT_SESSIONS, session.namespace, session.name, {"status": new}, status=True
-            )
+            try:
+                await self._kube.patch(
+                    AGENT_SESSIONS, session.namespace, session.name, {"status": new}, status=True
+                )
+            except NotFound:
+                # Deleted since it was observed: its DELETED event comes next and forgets it.
+                log.debug("%s/%s is gone; its status is not written", *session.key)
+                return
         for record in status_events(previous, status):
             await self._event(session, Event(record.type, record.reason, record.message))
         self._observe_stages(previous, status)

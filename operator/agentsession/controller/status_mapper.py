@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from agentsession.api.constants import AGENT_CONTAINER, AGENTCTL_CONTAINER
 from agentsession.api.manifest import Manifest
@@ -72,6 +72,8 @@ class Observation:
     spec_error: str | None = None
     probe_message: str | None = None
     rejection: Rejection | None = None
+    # Why the pod is not replaced yet although its template changed (a turn runs); shown as RestartPending.
+    restart_pending: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,21 +96,26 @@ def container_status(pod: Manifest, name: str, *, init: bool) -> Manifest | None
     return next((s for s in pod.get("status", {}).get(key) or [] if s.get("name") == name), None)
 
 
+# Event times have whole seconds; agentctl listens within about a second of its start.
+STARTUP_GRACE = timedelta(seconds=3)
+
+
 def agentctl_restart_count(pod: Manifest) -> int:
     status = container_status(pod, AGENTCTL_CONTAINER, init=True)
     return int(status.get("restartCount", 0)) if status else 0
 
 
 def latest_readiness_failure(events: Iterable[EventView], since: str) -> str | None:
-    """The newest kubelet "Readiness probe failed" message among `events` at or after `since` (when the
-    running agentctl started), so failures of the startup probe or of an earlier run do not count."""
+    """The newest kubelet "Readiness probe failed" message among `events` later than STARTUP_GRACE after `since`
+    (when the running agentctl started): failures of an earlier run do not count, nor the refused connections of
+    the first probes, which run while agentctl's interpreter is still loading."""
     start = _parse_time(since)
     failures = [
         (moment, event.message)
         for event in events
         if event.message.startswith(READINESS_FAILED)
         and (moment := _parse_time(event.last_seen)) is not None
-        and (start is None or moment >= start)
+        and (start is None or moment >= start + STARTUP_GRACE)
     ]
     return max(failures)[1] if failures else None
 
@@ -299,22 +306,24 @@ def _phase(obs: Observation, ready: _State) -> Phase:
     return "Starting"
 
 
+def _condition(obs: Observation, kind: ConditionType, state: _State) -> Condition:
+    previous = obs.previous.condition(kind)
+    changed = previous is None or previous.status != state.status
+    return Condition(
+        type=kind,
+        status=state.status,
+        reason=state.reason,
+        message=state.message,
+        lastTransitionTime=obs.now if changed or previous is None else previous.lastTransitionTime,
+        observedGeneration=obs.generation,
+    )
+
+
 def _conditions(obs: Observation, states: dict[ConditionType, _State]) -> list[Condition]:
-    result = []
-    for kind in CONDITION_ORDER:
-        state = states[kind]
-        previous = obs.previous.condition(kind)
-        changed = previous is None or previous.status != state.status
-        result.append(
-            Condition(
-                type=kind,
-                status=state.status,
-                reason=state.reason,
-                message=state.message,
-                lastTransitionTime=obs.now if changed or previous is None else previous.lastTransitionTime,
-                observedGeneration=obs.generation,
-            )
-        )
+    result = [_condition(obs, kind, states[kind]) for kind in CONDITION_ORDER]
+    if obs.restart_pending:
+        # Present only while a restart waits; Ready stays as it is, the session keeps serving until then.
+        result.append(_condition(obs, "RestartPending", _State("True", "TurnRunning", obs.restart_pending)))
     return result
 
 
@@ -365,7 +374,7 @@ def map_status(obs: Observation) -> AgentSessionStatus:
     }
     states["Ready"] = _summary(obs, states)
     conditions = _conditions(obs, states)
-    ready = conditions[-1]
+    ready = next(c for c in conditions if c.type == "Ready")
     pod_status = pod.get("status", {}) if pod else {}
     pod_ip = pod_status.get("podIP")
     restarts = None

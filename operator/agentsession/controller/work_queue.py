@@ -21,8 +21,10 @@ MAX_BACKOFF_SECONDS = 60.0
 
 
 class WorkQueue:
-    def __init__(self, reconcile: ReconcileFn) -> None:
+    def __init__(self, reconcile: ReconcileFn, concurrency: int = 32) -> None:
         self._reconcile = reconcile
+        # Different sessions reconcile concurrently, but a burst does not open a connection per session at once.
+        self._slots = asyncio.Semaphore(concurrency)
         self._tasks = Supervisor("reconcile", log)
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
@@ -62,7 +64,8 @@ class WorkQueue:
 
     async def _attempt(self, key: Key) -> float | None:
         try:
-            delay = await self._reconcile(*key)
+            async with self._slots:
+                delay = await self._reconcile(*key)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentsession.agentctl_api import StatusResponse, mode_config_option
-from agentsession.agentctl_client import AgentctlApi, AgentctlConnector
+from agentsession.agentctl_client import AgentctlApi, AgentctlConnector, AgentctlError
 from agentsession.api.manifest import Manifest
 from agentsession.gateway.events import (
     AgentctlReady,
@@ -185,7 +185,25 @@ class AgentRegistry:
         if session.condition_true("AgentctlReady") and not was_ready:
             self.broadcast(key[0], AgentctlReady(rt.id, session.status.podUID, now))
         self._tasks.spawn(self._converge_upstream(rt), f"follow {rt.id}")
+        was_initialized = old is not None and SessionView(old).condition_true("AgentInitialized")
+        if session.condition_true("AgentInitialized") and not was_initialized:
+            # The operator writes AgentctlReady before it starts ACP: what agentctl said then is out of date.
+            self._tasks.spawn(self._refresh_live(rt), f"refresh {rt.id}")
         self._publish_status(rt, now)
+
+    async def _refresh_live(self, rt: Runtime) -> None:
+        async with rt.lock:
+            client = rt.client
+        if client is None:
+            return
+        try:
+            status = await client.status()
+        except AgentctlError as exc:
+            # The update stream reads the status again when it reconnects.
+            log.info("cannot refresh the agent state of %s: %s", rt.id, exc)
+            return
+        if self.runtimes.get(rt.key) is rt and rt.client is client:
+            self._on_agentctl_status(rt, status)
 
     def _endpoint(self, session: SessionView) -> str | None:
         endpoint = session.status.agentctlEndpoint

@@ -140,7 +140,8 @@ def test_probe_failure_shows_the_kubelet_reason(operator: OperatorProcess, sessi
             "type": "Warning",
             "message": "Readiness probe failed: HTTP probe failed with statuscode: 503",
             "source": {"component": "kubelet"},
-            "lastTimestamp": "2026-01-01T00:00:00Z",
+            # Past the start-up grace of the agentctl the test plays (started at 00:00:00).
+            "lastTimestamp": "2026-01-01T00:00:10Z",
         },
     )
     sessions.play_kubelet("delta", agentctl_ready=False, started=True)

@@ -16,6 +16,7 @@ from agentsession.agentctl.http_common import json_ok
 from agentsession.agentctl.middleware import make_middlewares
 from agentsession.agentctl.openapi import build_openapi
 from agentsession.agentctl.services import SERVICES, Services, preload_acp
+from agentsession.agentctl.transport_fifo import FifoTransport
 from agentsession.agentctl_routes import OPENAPI
 
 
@@ -48,6 +49,8 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
     async def background(app: web.Application) -> AsyncIterator[None]:
         svc = app[SERVICES]
         tasks = [asyncio.create_task(preload_acp(), name="agentctl: load ACP")]
+        if isinstance(svc.transport, FifoTransport):
+            svc.transport.open_early()
         if config.agent_fifo_dir is not None:
             clear_stop_files(config.agent_fifo_dir)
             stop_requests = serve_stop_requests(

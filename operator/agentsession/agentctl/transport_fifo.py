@@ -53,18 +53,22 @@ class FifoTransport(AgentTransport):
         self._in_path, self._out_path = ensure_fifos(directory)
         self._writer: asyncio.StreamWriter | None = None
         self._read_transport: asyncio.ReadTransport | None = None
+        self._opening: asyncio.Task[tuple[int, int]] | None = None
         self.attachments = 0
 
-    async def attach(self) -> AgentPipes:
-        await self.detach(stop_agent=False)
-        loop = asyncio.get_running_loop()
+    def open_early(self) -> None:
+        """Opens the pair now, at agentctl's start: the agent's shell waits in its open of agent.in until then,
+        so the agent starts (and loads) while agentctl still loads ACP. The next attach takes these ends."""
+        if self._opening is None:
+            self._opening = asyncio.create_task(self._open(), name="agentctl: open the agent's FIFOs")
+
+    async def _open(self) -> tuple[int, int]:
         ensure_fifos(self._dir)
         rfd = os.open(self._out_path, os.O_RDONLY | os.O_NONBLOCK)
         try:
             while True:
                 try:
-                    wfd = os.open(self._in_path, os.O_WRONLY | os.O_NONBLOCK)
-                    break
+                    return rfd, os.open(self._in_path, os.O_WRONLY | os.O_NONBLOCK)
                 except OSError as exc:
                     if exc.errno != errno.ENXIO:
                         raise
@@ -72,6 +76,12 @@ class FifoTransport(AgentTransport):
         except BaseException:
             os.close(rfd)
             raise
+
+    async def attach(self) -> AgentPipes:
+        await self.detach(stop_agent=False)
+        loop = asyncio.get_running_loop()
+        opening, self._opening = self._opening, None
+        rfd, wfd = await (opening if opening is not None else self._open())
         reader = asyncio.StreamReader(limit=LINE_LIMIT)
         read_transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(rfd, "rb", buffering=0)
@@ -92,6 +102,9 @@ class FifoTransport(AgentTransport):
 
     async def detach(self, *, stop_agent: bool) -> None:
         # The agent lives in another container; closing its stdin is the only way to ask it to stop.
+        if stop_agent and self._opening is not None:
+            await self._close_early(self._opening)
+            self._opening = None
         writer, self._writer = self._writer, None
         read_transport, self._read_transport = self._read_transport, None
         if writer is not None:
@@ -103,6 +116,17 @@ class FifoTransport(AgentTransport):
 
     def describe(self) -> dict[str, Any]:
         return {"transport": self.name, "fifo_dir": str(self._dir)}
+
+    @staticmethod
+    async def _close_early(opening: asyncio.Task[tuple[int, int]]) -> None:
+        if not opening.done():
+            opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await opening
+            return
+        if not opening.cancelled() and opening.exception() is None:
+            for fd in opening.result():
+                os.close(fd)
 
 
 class _AgentInput(FlowControlMixin):

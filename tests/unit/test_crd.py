@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from agentsession.api.crd import crd_manifest, render
+from agentsession.api.crd import _structural, crd_manifest, main, render
 from agentsession.api.models import AgentSessionSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,3 +126,42 @@ def _undescribed(node: dict[str, Any], path: str) -> list[str]:
 
 def test_kubectl_explain_describes_every_field_of_the_spec() -> None:
     assert _undescribed(_schema()["properties"]["spec"], "spec") == []
+
+
+@pytest.mark.parametrize(
+    ("node", "structural"),
+    [
+        ({"anyOf": [{"type": "integer"}, {"type": "string"}]}, {"x-kubernetes-int-or-string": True}),
+        (
+            {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}], "default": None},
+            {"x-kubernetes-int-or-string": True},
+        ),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}], "title": "T"}, {"type": "string"}),
+        (
+            {"properties": {"a": {"type": "string", "title": "A"}}},
+            {"properties": {"a": {"type": "string"}}, "type": "object"},
+        ),
+        (
+            {"type": "object", "additionalProperties": True},
+            {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        ),
+        (
+            {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "null"}]}},
+            {"type": "array", "items": {"type": "integer"}},
+        ),
+    ],
+    ids=["int or string", "optional int or string", "optional", "object", "free-form object", "array"],
+)
+def test_json_schema_nodes_become_structural(node: dict[str, Any], structural: dict[str, Any]) -> None:
+    assert _structural(node) == structural
+
+
+def test_a_union_the_api_server_cannot_express_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unsupported union in CRD schema") as refused:
+        _structural({"anyOf": [{"type": "object"}, {"type": "array"}]})
+    assert "'array'" in str(refused.value)
+
+
+def test_make_crd_prints_the_rendered_definition(capsys: pytest.CaptureFixture[str]) -> None:
+    main()
+    assert capsys.readouterr().out == render()

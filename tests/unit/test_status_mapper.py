@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,10 +16,7 @@ from agentsession.controller.status_mapper import (
     termination_tail,
 )
 from agentsession.kube.views import EventView
-
-NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-CREATED = "2026-01-01T11:59:50Z"
-UID = "pod-uid-1"
+from tests.support.pod_bodies import CREATED, NOW, UID, pod_body
 
 
 def pod(
@@ -32,24 +29,19 @@ def pod(
     message: str | None = None,
     deleting: bool = False,
 ) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase, "conditions": []}
-    if scheduled is not None:
-        status["conditions"].append({"type": "PodScheduled", **scheduled})
-    if agentctl is not None:
-        status["initContainerStatuses"] = [{"name": "agentctl", "restartCount": 0, **agentctl}]
-    if agent is not None:
-        status["containerStatuses"] = [{"name": "agent", "restartCount": 0, **agent}]
-    if reason:
-        status["reason"] = reason
-    if message:
-        status["message"] = message
+    status: dict[str, Any] = {k: v for k, v in (("reason", reason), ("message", message)) if v}
     if phase == "Running":
-        status["podIP"] = "10.1.2.3"
-        status["startTime"] = CREATED
-    meta: dict[str, Any] = {"name": "s-agent", "uid": UID, "creationTimestamp": CREATED}
+        status.update(podIP="10.1.2.3", startTime=CREATED)
+    body = pod_body(
+        phase=phase,
+        conditions=[] if scheduled is None else [{"type": "PodScheduled", **scheduled}],
+        agentctl=None if agentctl is None else {"restartCount": 0, **agentctl},
+        agent=None if agent is None else {"restartCount": 0, **agent},
+        **status,
+    )
     if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T12:00:00Z"
-    return {"metadata": meta, "spec": {"nodeName": "node-1"}, "status": status}
+        body["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    return body
 
 
 SCHEDULED = {"status": "True"}

@@ -18,8 +18,18 @@ from agentsession.agentctl_client.fake import (
     FakeTurn,
 )
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
-from agentsession.controller.config import OperatorConfig
-from agentsession.controller.decisions import CreateChild, DeletePod, Observed, StartAcp, Suspend, decide
+from agentsession.api.models import AgentSessionSpec
+from agentsession.controller.config import AgentProfile, OperatorConfig
+from agentsession.controller.decisions import (
+    CreateChild,
+    DeletePod,
+    Observed,
+    StartAcp,
+    Suspend,
+    decide,
+    wants_activity,
+)
+from agentsession.controller.pod_builder import build_pod
 from agentsession.controller.reconciler import Reconciler
 from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS
@@ -554,8 +564,6 @@ def test_the_plan_lists_actions_in_order_and_starts_acp_only_when_due() -> None:
         "spec": {"prompt": "p"},
     }
     session = SessionView(body)
-    from agentsession.api.models import AgentSessionSpec
-
     spec = AgentSessionSpec.model_validate(body["spec"])
     fresh = decide(Observed(session, spec, None, None, None, T0), config, lambda: "t")
     assert [type(a) for a in fresh.actions] == [CreateChild, CreateChild]
@@ -563,3 +571,58 @@ def test_the_plan_lists_actions_in_order_and_starts_acp_only_when_due() -> None:
     suspended = AgentSessionSpec.model_validate({"suspend": True})
     assert decide(Observed(session, suspended, None, None, "t", T0), config, lambda: "t").actions == ()
     assert not any(isinstance(a, StartAcp | Suspend | DeletePod) for a in fresh.actions)
+
+
+async def test_a_pod_replaced_before_acp_started_gets_no_start_in_the_same_reconcile() -> None:
+    world = World()
+    await world.apply()
+    await world.reconcile()
+    world.kubelet.run()  # agentctl is ready: a start is due ...
+    await world.patch_spec(podTemplate={"labels": {"team": "blue"}})  # ... but this pod is on its way out
+    await world.reconcile()
+    assert ("Normal", "PodSpecChanged") in world.events()
+    assert "start" not in [call for call, _ in world.agentctl.calls]
+
+
+async def test_a_spec_the_pod_builder_refuses_is_invalid_and_creates_no_pod() -> None:
+    world = World(agent_profiles={"codex": AgentProfile(command=["codex-acp"])})
+    await world.apply(agent={"type": "codex"})  # this operator knows no image for codex
+    await world.reconcile()
+    assert world.kube.find("Pod", NS, POD) is None
+    assert world.reasons()["Ready"] == "InvalidSpec"
+    assert "spec.agent.image" in world.condition("Ready")["message"]  # type: ignore[index]
+
+
+async def test_the_session_cwd_reaches_the_acp_start() -> None:
+    world = World()
+    await world.apply(cwd="/workspace/src")
+    await world.reconcile()
+    world.kubelet.run()
+    await world.reconcile()
+    start = next(args[0] for call, args in world.agentctl.calls if call == "start")
+    assert start.cwd == "/workspace/src"
+
+
+def test_activity_is_read_for_an_idle_timeout_or_a_template_change_of_a_started_session() -> None:
+    config = OperatorConfig(image="agentsession:test")
+    spec = AgentSessionSpec.model_validate({})
+    ref_body: dict[str, Any] = {"metadata": {"name": NAME, "namespace": NS, "uid": "u1", "generation": 1}}
+    session = SessionView({**ref_body, "spec": {}})
+    pod = build_pod(session.ref, spec, config)
+    pod["metadata"]["uid"] = "pod-1"
+    started = {"phase": "Ready", "podUID": "pod-1", "acp": {"sessionId": "acp-1"}}
+    started_session = SessionView({**ref_body, "spec": {}, "status": started})
+    # The pod is what the spec asks for and no idle timeout: nothing to read.
+    assert not wants_activity(started_session, spec, pod, config)
+    changed = AgentSessionSpec.model_validate({"podTemplate": {"labels": {"team": "blue"}}})
+    assert wants_activity(started_session, changed, pod, config)
+    # Not before ACP started, not for another pod, not while suspending.
+    assert not wants_activity(session, changed, pod, config)
+    other = SessionView({**ref_body, "spec": {}, "status": {**started, "podUID": "pod-0"}})
+    assert not wants_activity(other, changed, pod, config)
+    suspending = AgentSessionSpec.model_validate(
+        {"podTemplate": {"labels": {"team": "blue"}}, "suspend": True}
+    )
+    assert not wants_activity(started_session, suspending, pod, config)
+    idle = AgentSessionSpec.model_validate({"lifecycle": {"idleTimeout": "5m"}})
+    assert wants_activity(started_session, idle, pod, config)

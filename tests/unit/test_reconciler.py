@@ -372,6 +372,16 @@ async def test_idle_sessions_are_suspended_and_busy_ones_spared() -> None:
     assert ("Normal", "IdleTimeout") in world.events()
 
 
+async def test_an_agent_almost_idle_is_looked_at_again_a_second_later_not_at_once() -> None:
+    world = World()
+    await world.until_ready(lifecycle={"idleTimeout": "60s"})
+    world.clock.now = datetime.now(UTC)
+    world.agentctl.last_activity_at = world.clock.now - timedelta(seconds=59.8)
+    # 0.2 s to go: a recheck that soon would spin on the API; at least a second keeps it calm.
+    assert await world.reconcile() == 1.0
+    assert world.session()["spec"].get("suspend") is not True
+
+
 async def test_an_unreachable_agentctl_postpones_the_idle_check() -> None:
     world = World()
     await world.until_ready(lifecycle={"idleTimeout": "10m"})

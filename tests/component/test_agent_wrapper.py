@@ -86,15 +86,19 @@ def wrapper(tmp_path: Path) -> Iterator[Callable[..., Wrapper]]:
         w.proc.wait()
 
 
-def test_sigterm_asks_agentctl_to_drain_then_stops_the_agent(wrapper: Callable[..., Wrapper]) -> None:
+def stopped_by_the_kubelet(wrapper: Callable[..., Wrapper]) -> tuple[Wrapper, int]:
+    """A running agent whose container got SIGTERM, once the shell has asked agentctl to drain; and its pid."""
     w = wrapper(sys.executable, "-c", AGENT)
     w.make_fifos()
     assert w.read_line() == b"up\n"
     agent = w.agent_pid()
-
     w.proc.send_signal(signal.SIGTERM)
-    request = w.dir / STOP_REQUEST_FILE
-    wait_for("the stop request", request.exists)
+    wait_for("the stop request", (w.dir / STOP_REQUEST_FILE).exists)
+    return w, agent
+
+
+def test_sigterm_asks_agentctl_to_drain_then_stops_the_agent(wrapper: Callable[..., Wrapper]) -> None:
+    w, agent = stopped_by_the_kubelet(wrapper)
     # Draining: the agent keeps running until agentctl says it is done.
     time.sleep(0.3)
     assert alive(agent)
@@ -114,12 +118,7 @@ def test_an_agent_that_exits_by_itself_gives_its_exit_code(wrapper: Callable[...
 
 
 def test_an_agent_gone_during_the_drain_ends_the_wait(wrapper: Callable[..., Wrapper]) -> None:
-    w = wrapper(sys.executable, "-c", AGENT)
-    w.make_fifos()
-    assert w.read_line() == b"up\n"
-    agent = w.agent_pid()
-    w.proc.send_signal(signal.SIGTERM)
-    wait_for("the stop request", (w.dir / STOP_REQUEST_FILE).exists)
+    w, agent = stopped_by_the_kubelet(wrapper)
     os.kill(agent, signal.SIGKILL)
     w.proc.wait(timeout=WAIT)
 

@@ -34,12 +34,6 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def ready(sessions: Sessions, name: str) -> None:
-    await asyncio.to_thread(
-        wait_until, f"{name} Ready=True", lambda: sessions.has_condition(name, "Ready", "True"), 180
-    )
-
-
 def agentctl(http: aiohttp.ClientSession, sessions: Sessions, name: str) -> AgentctlClient:
     return AgentctlClient(http, sessions.get(name)["status"]["agentctlEndpoint"], sessions.token(name))
 
@@ -60,7 +54,7 @@ async def suspend_and_wait_gone(sessions: Sessions, name: str) -> None:
 async def resumed_history(http: aiohttp.ClientSession, sessions: Sessions, name: str) -> list[JournalEntry]:
     """The journal, read through the next pod's agentctl: it lives on the workspace volume."""
     sessions.patch_spec(name, {"suspend": False})
-    await ready(sessions, name)
+    await sessions.until_ready(name)
     return (await agentctl(http, sessions, name).history()).updates
 
 
@@ -82,7 +76,7 @@ async def test_a_turn_that_ends_within_the_drain_timeout_finishes(
     node_operator: OperatorProcess, sessions: Sessions, http: aiohttp.ClientSession
 ) -> None:
     sessions.create("finish", {"lifecycle": {"drainTimeout": "60s"}, "workspace": {"size": "64Mi"}})
-    await ready(sessions, "finish")
+    await sessions.until_ready("finish")
     await agentctl(http, sessions, "finish").prompt(SLOW_PROMPT)
     await suspend_and_wait_gone(sessions, "finish")
     told = await asyncio.to_thread(
@@ -110,7 +104,7 @@ async def test_a_turn_still_running_at_the_deadline_is_cancelled_with_its_permis
     node_operator: OperatorProcess, sessions: Sessions, http: aiohttp.ClientSession
 ) -> None:
     sessions.create("cancel", {"lifecycle": {"drainTimeout": "2s"}, "workspace": {"size": "64Mi"}})
-    await ready(sessions, "cancel")
+    await sessions.until_ready("cancel")
     api = agentctl(http, sessions, "cancel")
     await api.prompt(PERMISSION_PROMPT)
 
@@ -136,7 +130,7 @@ async def test_a_template_change_replaces_the_pod_after_the_running_turn(
     node_operator: OperatorProcess, sessions: Sessions, http: aiohttp.ClientSession
 ) -> None:
     sessions.create("defer", {"workspace": {"emptyDir": True}})
-    await ready(sessions, "defer")
+    await sessions.until_ready("defer")
     first = sessions.pod("defer").metadata.uid
     api = agentctl(http, sessions, "defer")
     await api.prompt(PERMISSION_PROMPT)
@@ -164,4 +158,4 @@ async def test_a_template_change_replaces_the_pod_after_the_running_turn(
 
     await asyncio.to_thread(wait_until, "the pod replaced after the turn", replaced, 90)
     assert sessions.condition("defer", "RestartPending") is None
-    await ready(sessions, "defer")
+    await sessions.until_ready("defer")

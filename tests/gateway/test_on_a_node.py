@@ -41,12 +41,6 @@ def user_prompts(updates: list[dict[str, Any]]) -> list[str]:
     return prompts
 
 
-async def wait_ready(sessions: Sessions, name: str) -> dict[str, Any]:
-    return await asyncio.to_thread(
-        wait_until, f"{name} Ready=True", lambda: sessions.has_condition(name, "Ready", "True"), 180
-    )
-
-
 async def initialize(ui: Client, agent_id: str, request_id: str) -> dict[str, Any]:
     answer = await ui.request(
         {"type": "initialize_agent_request", "agentId": agent_id, "requestId": request_id},
@@ -79,7 +73,7 @@ async def test_suspend_and_resume_bring_back_the_whole_history_without_resending
     gateway = start_gateway("--namespace", namespace, "--insecure-dev-mode")
     agent_id = f"{namespace}/resumed"
     ui = await connect(gateway.ws_url)
-    await wait_ready(sessions, "resumed")
+    await sessions.until_ready("resumed")
     first_pod = sessions.pod("resumed").metadata.uid
     acp_session = sessions.get("resumed")["status"]["acp"]["sessionId"]
 
@@ -95,7 +89,7 @@ async def test_suspend_and_resume_bring_back_the_whole_history_without_resending
         wait_until, "Suspended=True", lambda: sessions.has_condition("resumed", "Suspended", "True"), 120
     )
     sessions.patch_spec("resumed", {"suspend": False})
-    await wait_ready(sessions, "resumed")
+    await sessions.until_ready("resumed")
     assert sessions.pod("resumed").metadata.uid != first_pod
     # session/load: the agent's own session goes on.
     assert sessions.get("resumed")["status"]["acp"]["sessionId"] == acp_session
@@ -152,7 +146,7 @@ async def test_idle_timeout_spares_a_waiting_permission_counts_shell_input_then_
     gateway = start_gateway("--namespace", namespace, "--insecure-dev-mode")
     agent_id = f"{namespace}/idler"
     ui = await connect(gateway.ws_url)
-    await wait_ready(sessions, "idler")
+    await sessions.until_ready("idler")
     await initialize(ui, agent_id, "init")
     asked = await ui.wait_for("the permission request", of_type("agent_permission_request"), within=60)
 

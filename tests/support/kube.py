@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any
 
 from kubernetes import client
 
 from agentsession.api.constants import GROUP, PLURAL, VERSION, token_secret_name
+from tests.conftest import wait_until
 
 NOWHERE = {"agentsession.dev/test-node": "none"}
 
@@ -56,6 +58,12 @@ class Sessions:
         if found and found["status"] == status and (reason is None or found["reason"] == reason):
             return found
         return None
+
+    async def until_ready(self, name: str) -> dict[str, Any]:
+        """The session's Ready condition once it is True, waited for off the event loop (a pod on a node)."""
+        return await asyncio.to_thread(
+            wait_until, f"{name} Ready=True", lambda: self.has_condition(name, "Ready", "True"), 180
+        )
 
     def token(self, name: str) -> str:
         secret = self.core.read_namespaced_secret(token_secret_name(name), self.namespace)

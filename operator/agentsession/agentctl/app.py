@@ -49,12 +49,12 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
     async def background(app: web.Application) -> AsyncIterator[None]:
         svc = app[SERVICES]
         tasks = [asyncio.create_task(preload_acp(), name="agentctl: load ACP")]
-        if isinstance(svc.transport, FifoTransport):
+        fifo_dir = config.agent_fifo_dir
+        if fifo_dir is not None and isinstance(svc.transport, FifoTransport):
             svc.transport.open_early()
-        if config.agent_fifo_dir is not None:
-            clear_stop_files(config.agent_fifo_dir)
+            clear_stop_files(fifo_dir)
             stop_requests = serve_stop_requests(
-                config.agent_fifo_dir, svc.drainer, lambda: svc.bridge, config.drain_timeout
+                fifo_dir, svc.drainer, lambda: svc.bridge, config.drain_timeout
             )
             tasks.append(asyncio.create_task(stop_requests, name="agentctl: stop requests"))
         yield

@@ -199,7 +199,7 @@ def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
         return [Suspend(Event("Normal", "MaxDurationReached", "lifecycle.maxDuration ran out; suspending"))]
     if failed is not None and restart_policy == "Always":
         return [_delete(pod, "ReplacingFailedPod", f"pod failed ({failed}); replacing it")]
-    if pod.annotation(SPEC_HASH_ANNOTATION) != PodView(desired).annotation(SPEC_HASH_ANNOTATION):
+    if _outdated(pod, desired):
         activity = observed.activity
         if activity is not None and (activity.acp.turn_running or activity.pending_permissions):
             return [
@@ -213,6 +213,11 @@ def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
             _delete(pod, "PodSpecChanged", "the session's pod template changed; replacing the pod"),
         ]
     return []
+
+
+def _outdated(pod: PodView, desired: Manifest) -> bool:
+    """Whether the pod was built from another template than the one the spec asks for now."""
+    return pod.annotation(SPEC_HASH_ANNOTATION) != PodView(desired).annotation(SPEC_HASH_ANNOTATION)
 
 
 def _drain(observed: Observed) -> list[Action]:
@@ -281,7 +286,7 @@ def wants_activity(
         desired = build_pod(session.ref, spec, config)
     except SpecError:
         return False
-    return PodView(pod).annotation(SPEC_HASH_ANNOTATION) != PodView(desired).annotation(SPEC_HASH_ANNOTATION)
+    return _outdated(PodView(pod), desired)
 
 
 def requeue_after(

@@ -107,6 +107,7 @@ async def watch(kube: ApiKube, resource: Resource, namespace: str, seen: Seen) -
             if event.type == "DELETED":
                 await seen.mark(name, "deleted")
             elif resource is PODS:
+                await seen.mark(name, "created")
                 if _agentctl_ready(obj):
                     await seen.mark(name, "agentctl_ready")
                 if _true(obj, "Ready"):
@@ -186,6 +187,7 @@ class Bench:
             {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": self.ns},
              "spec": {"agent": {"type": "demo"}}}
         )  # fmt: skip
+        pod_created = await self.seen.wait(pod_name(name), "created")
         pod_agentctl = await self.seen.wait(pod_name(name), "agentctl_ready")
         written = await self.seen.wait(name, "AgentctlReady")
         ready = await self.seen.wait(name, "Ready")
@@ -193,6 +195,9 @@ class Bench:
         token = await read_token(self.kube, self.ns, name)
         await self.agentctl_start_to_ready(name, token, pod_agentctl)
         prefix = "session" if stop else "burst"
+        self.record(
+            f"{prefix}: create → pod created (the operator's share before the pod)", pod_created - created
+        )
         self.record(f"{prefix}: create → pod's agentctl ready", pod_agentctl - created)
         self.record(f"{prefix}: create → pod Ready", pod_ready - created)
         self.record(f"{prefix}: create → AgentctlReady", written - created)

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 AGENTCTL_PORT = 9999
 HEALTH_PATH = "/health"
+AGENT_HEALTH_PATH = "/health/agent"
+# How long the agent container's readiness probe lets agentctl wait for the agent's answer, in seconds.
+AGENT_HEALTH_WAIT = 1
 TOKEN_ENV = "AGENTCTL_TOKEN"
 
 

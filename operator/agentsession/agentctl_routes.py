@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from agentsession.agentctl_api import (
+    AGENT_HEALTH_PATH,
     HEALTH_PATH,
     CancelBody,
     CancelResponse,
@@ -73,6 +74,17 @@ _AGENT_ERRORS = {409: "Agent not attached or no session", 502: "Agent failed", 5
 _NOT_CURRENT = {404: "Not the current session"}
 
 HEALTH = Route("health", "GET", HEALTH_PATH, "Liveness/readiness of agentctl itself", auth=False)
+AGENT_HEALTH = Route(
+    "agent-health",
+    "GET",
+    AGENT_HEALTH_PATH,
+    "Readiness of the agent: whether it has answered ACP initialize",
+    query=(
+        QueryParam("wait", "integer", "Seconds to wait for the answer before saying no (at most 10).", 0),
+    ),
+    errors={503: "The agent has not answered ACP initialize (yet)"},
+    auth=False,
+)
 STATUS = Route(
     "status",
     "GET",
@@ -207,6 +219,7 @@ OPENAPI = Route("openapi", "GET", "/api/v1/openapi.json", "This document")
 
 ROUTES: tuple[Route, ...] = (
     HEALTH,
+    AGENT_HEALTH,
     STATUS,
     INFO,
     START,

@@ -328,7 +328,10 @@ async def test_a_real_agent_runs_end_to_end(
 
     # Suspend, then resume in a new pod: session/load, the initial prompt not sent again, history whole.
     pod_uid = status["podUID"]
+    suspending = time.monotonic()
     sessions.patch_spec(name, {"suspend": True})
+    await asyncio.to_thread(wait_until, "the pod gone", lambda: sessions.pod_gone(name, pod_uid), 120)
+    print(f"{agent_case.type}: suspend of an idle session -> pod gone {time.monotonic() - suspending:.1f}s")
     await asyncio.to_thread(
         wait_until, "Suspended", lambda: sessions.get(name).get("status", {}).get("phase") == "Suspended", 120
     )

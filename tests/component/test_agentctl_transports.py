@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -211,3 +213,57 @@ async def test_set_mode_and_cancel(agentctl: Agentctl, mode: str) -> None:
     assert status == 200
     end = await frames_until(stream, lambda f: f["kind"] == "turn_end")
     assert end[-1]["notification"]["stopReason"] == "cancelled"
+
+
+async def test_a_pod_s_agent_is_initialized_before_any_start_and_its_readiness_says_so(
+    tmp_path: Path, workdir: Path, spawn: Callable[..., Awaitable[Agentctl]]
+) -> None:
+    fifo_dir = tmp_path / "run-agentctl"
+    ctl = await spawn("--agent-fifo-dir", str(fifo_dir))
+    agent = FifoAgent(fifo_dir, workdir)
+    try:
+        assert _not_initialized(await _probe(ctl, ""))
+        await agent.start()
+        assert (await _probe(ctl, "?wait=10"))[0] == 200
+        status = await ctl.status()
+        assert (status["state"], status["acp"]["session_id"], status["attachments"]) == ("running", None, 1)
+
+        # An agent that restarts before any session is initialized again.
+        await agent.kill()
+        await wait_until(lambda: _agent_health(ctl, 503), "the agent's readiness to say it is gone")
+        await agent.start()
+        assert (await _probe(ctl, "?wait=10"))[0] == 200
+
+        # A start then only opens the session, on the attachment it finds.
+        attachments = (await ctl.status())["attachments"]
+        _, start = await ctl.post("/api/v1/start", {"prompt": "hello"})
+        assert start["session_id"]
+        assert not start["resumed"]
+        assert (await ctl.status())["attachments"] == attachments
+    finally:
+        await ctl.stop()
+        if agent.proc is not None and agent.proc.returncode is None:
+            await agent.kill()
+
+
+async def test_the_agent_s_readiness_waits_for_the_answer_and_refuses_bad_waits(agentctl: Agentctl) -> None:
+    assert _not_initialized(await _probe(agentctl, "?wait=0"))
+    assert (await _probe(agentctl, "?wait=-1"))[0] == 400
+    waiting = asyncio.create_task(agentctl.get("/health/agent?wait=10"))
+    await agentctl.ok("POST", "/api/v1/start", {})
+    assert (await asyncio.wait_for(waiting, DEFAULT_WAIT))[0] == 200
+
+
+def _not_initialized(reply: tuple[int, Any]) -> bool:
+    status, body = reply
+    return status == 503 and body["error"] == "agent_not_initialized" and "ACP initialize" in body["message"]
+
+
+async def _probe(ctl: Agentctl, query: str) -> tuple[int, Any]:
+    """The agent container's readiness probe, which the kubelet sends without a token."""
+    async with ctl.http.get(f"{ctl.base}/health/agent{query}") as resp:
+        return resp.status, await resp.json()
+
+
+async def _agent_health(ctl: Agentctl, wanted: int) -> bool:
+    return (await _probe(ctl, ""))[0] == wanted

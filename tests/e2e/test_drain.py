@@ -40,15 +40,8 @@ def agentctl(http: aiohttp.ClientSession, sessions: Sessions, name: str) -> Agen
 
 async def suspend_and_wait_gone(sessions: Sessions, name: str) -> None:
     uid = sessions.pod(name).metadata.uid
-
-    def gone() -> bool:
-        try:
-            return bool(sessions.pod(name).metadata.uid != uid)
-        except Exception:  # the API's 404
-            return True
-
     sessions.patch_spec(name, {"suspend": True})
-    await asyncio.to_thread(wait_until, "the pod gone", gone, 90)
+    await asyncio.to_thread(wait_until, "the pod gone", lambda: sessions.pod_gone(name, uid), 90)
 
 
 async def resumed_history(http: aiohttp.ClientSession, sessions: Sessions, name: str) -> list[JournalEntry]:

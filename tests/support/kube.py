@@ -72,6 +72,13 @@ class Sessions:
     def pod(self, name: str) -> Any:
         return self.core.read_namespaced_pod(f"{name}-agent", self.namespace)
 
+    def pod_gone(self, name: str, uid: str) -> bool:
+        """Whether the session's pod with `uid` no longer exists (none, or another in its place)."""
+        try:
+            return bool(self.pod(name).metadata.uid != uid)
+        except Exception:  # the API's 404
+            return True
+
     def events(self, name: str) -> list[Any]:
         events = self.core.list_namespaced_event(
             self.namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=AgentSession"

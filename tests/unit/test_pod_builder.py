@@ -69,6 +69,15 @@ def test_agentctl_is_a_native_sidecar_with_probes_on_health() -> None:
     assert agentctl["args"][agentctl["args"].index("--agent-fifo-dir") + 1] == "/run/agentctl"
 
 
+def test_the_agent_is_ready_when_agentctl_says_it_answered_acp_initialize() -> None:
+    probe = container(pod_for({}), "agent")["readinessProbe"]
+    # The agent container declares no port: agentctl's is named by number. agentctl holds the probe for up to a
+    # second, within the probe's timeout, so the probe sees the answer when it comes.
+    assert probe["httpGet"] == {"path": "/health/agent?wait=1", "port": 9999}
+    assert probe["timeoutSeconds"] > 1
+    assert probe["periodSeconds"] == 1
+
+
 def test_agent_stdio_is_joined_to_agentctl_through_the_fifo_pair() -> None:
     agent = container(
         pod_for({"agent": {"type": "custom", "image": "x/y:1", "command": ["run", "it"]}}), "agent"

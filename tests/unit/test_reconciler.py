@@ -520,18 +520,31 @@ async def test_an_unparsable_spec_names_its_field() -> None:
     assert world.kube.find("Pod", NS, POD) is None
 
 
+async def _probe_failed(world: World, container: str, message: str, at: str) -> None:
+    pod = world.kubelet.pod()
+    await world.kube.create({
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": f"p.{container}", "namespace": NS},
+        "involvedObject": {"uid": pod["metadata"]["uid"], "fieldPath": container},
+        "reason": "Unhealthy", "type": "Warning", "message": f"Readiness probe failed: {message}",
+        "lastTimestamp": at,
+    })  # fmt: skip
+
+
 async def test_a_failing_readiness_probe_is_explained_by_the_kubelets_event() -> None:
     world = World()
     await world.apply()
     await world.reconcile()
     world.kubelet.run(agentctl_ready=False)
-    pod = world.kubelet.pod()
-    await world.kube.create({
-        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "p.1", "namespace": NS},
-        "involvedObject": {"uid": pod["metadata"]["uid"]}, "reason": "Unhealthy", "type": "Warning",
-        "message": "Readiness probe failed: HTTP probe failed with statuscode: 503",
-        "lastTimestamp": "2026-01-01T12:00:05Z",
-    })  # fmt: skip
+    await _probe_failed(
+        world,
+        "spec.initContainers{agentctl}",
+        "HTTP probe failed with statuscode: 503",
+        "2026-01-01T12:00:05Z",
+    )
+    # The agent container's probe, newer, says only that the agent has not answered yet.
+    await _probe_failed(
+        world, "spec.containers{agent}", "HTTP probe failed with statuscode: 418", "2026-01-01T12:00:06Z"
+    )
     await world.reconcile()
     assert world.reasons()["AgentctlReady"] == "ProbeFailing"
     assert "statuscode: 503" in next(

@@ -244,6 +244,8 @@ class AgentBridge:
         # What the operator asked for last, start or stop: a fifo agent that exits is waited for only after a start.
         self._resume_wanted = False
         self._reattach: asyncio.Task[None] | None = None
+        self._preparing: asyncio.Task[None] | None = None
+        self._initialized = asyncio.Event()
         # How the current attachment ended, for the calls it cut short.
         self._ended: asyncio.Future[str] | None = None
         self._turn: asyncio.Task[str] | None = None
@@ -261,6 +263,16 @@ class AgentBridge:
             raise IllegalTransition(self._phase, target)
         log.debug("agent phase %s -> %s", self._phase.value, target.value)
         self._phase = target
+        if target in ACP_INITIALIZED:
+            self._initialized.set()
+        else:
+            self._initialized.clear()
+
+    async def wait_initialized(self, wait_s: float) -> bool:
+        """Whether the agent has answered ACP initialize, waiting up to `wait_s` for it."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._initialized.wait(), wait_s)
+        return self._initialized.is_set()
 
     @property
     def state(self) -> AgentState:
@@ -434,7 +446,9 @@ class AgentBridge:
             what = "agent exited during a turn" if turn_was_running else "agent exited"
             self._record_error(f"{what}: {reason}", "agent_exited")
             # An exit seen while a re-attach is already trying (its pipes broke) must not start a second one.
-            if (
+            if self.transport.name == "fifo" and not self._resume_wanted:
+                self.prepare_in_background()
+            elif (
                 self.transport.name == "fifo"
                 and self._resume_wanted
                 and (self._reattach is None or self._reattach.done())
@@ -454,6 +468,32 @@ class AgentBridge:
                 log.warning("re-attach failed: %s", exc.message)
                 await self._abandon_unanswered()
                 await asyncio.sleep(REATTACH_DELAY)
+
+    def prepare_in_background(self) -> None:
+        if self._preparing is None or self._preparing.done():
+            self._preparing = self._tasks.spawn(self.prepare(), "prepare")
+
+    async def prepare(self) -> None:
+        """In a pod the agent runs before anyone asks for a session: attach and initialize it now, so a start only
+        opens the session, and the agent container's readiness (`GET /health/agent`) says when the agent answers.
+        A start or a stop takes over; a failure is logged and tried again, as a start would."""
+        while self._preparable():
+            await self.transport.agent_present()
+            async with self._op_lock:
+                if not self._preparable():
+                    return
+                try:
+                    await self._attach(self.config.attach_timeout)
+                    await self.initialize()
+                    log.info("the agent answered ACP initialize", extra={"agent": self.acp.agent_info})
+                    return
+                except ApiError as exc:
+                    log.warning("the agent did not answer ACP initialize: %s; trying again", exc.message)
+            await self._abandon_unanswered()
+            await asyncio.sleep(REATTACH_DELAY)
+
+    def _preparable(self) -> bool:
+        return not self._resume_wanted and self._phase in (Phase.STOPPED, Phase.FAILED)
 
     async def _abandon_unanswered(self) -> None:
         """Let go of pipes whose reader never answered initialize: the next attempt opens them afresh and
@@ -794,6 +834,8 @@ class AgentBridge:
             )
 
     async def stop(self) -> None:
+        if self._preparing is not None:
+            self._preparing.cancel()
         async with self._op_lock:
             self._resume_wanted = False
             if self._reattach is not None:

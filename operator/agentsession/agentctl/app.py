@@ -13,17 +13,37 @@ from agentsession.agentctl.binding import Handlers, register
 from agentsession.agentctl.config import Config
 from agentsession.agentctl.drain import clear_stop_files, serve_stop_requests
 from agentsession.agentctl.http_common import json_ok
-from agentsession.agentctl.middleware import make_middlewares
+from agentsession.agentctl.middleware import OPEN_PATHS, Handler, make_middlewares
 from agentsession.agentctl.openapi import build_openapi
 from agentsession.agentctl.services import SERVICES, Services, preload_acp
 from agentsession.agentctl.transport_fifo import FifoTransport
 from agentsession.agentctl_routes import OPENAPI
 
 
+async def prepare_agent(svc: Services) -> None:
+    """A pod's agent is running already: initialize it as soon as the ACP side is loaded (`AgentBridge.prepare`)."""
+    if svc.acp_loading is not None:
+        await svc.acp_loading
+    svc.bridge.prepare_in_background()
+
+
 def create_app(config: Config, svc: Services | None = None) -> web.Application:
     svc = svc or Services.build(config)
+
+    @web.middleware
+    async def acp_loaded(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # Handlers reach the ACP side synchronously; until its thread has loaded it, that import would stop the
+        # event loop (and the agent's pipes and every other request with it), so they wait for it here.
+        loading = svc.acp_loading
+        if loading is not None and not loading.done() and request.path not in OPEN_PATHS:
+            await asyncio.wait([loading])
+        return await handler(request)
+
     app = web.Application(
-        middlewares=make_middlewares(config.token, config.max_body_bytes, svc.metrics),
+        middlewares=[
+            *make_middlewares(config.token, config.max_body_bytes, svc.metrics),
+            acp_loaded,
+        ],
         client_max_size=config.max_body_bytes,
     )
     app[SERVICES] = svc
@@ -48,10 +68,12 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
 
     async def background(app: web.Application) -> AsyncIterator[None]:
         svc = app[SERVICES]
-        tasks = [asyncio.create_task(preload_acp(), name="agentctl: load ACP")]
+        svc.acp_loading = asyncio.create_task(preload_acp(), name="agentctl: load ACP")
+        tasks = [svc.acp_loading]
         fifo_dir = config.agent_fifo_dir
         if fifo_dir is not None and isinstance(svc.transport, FifoTransport):
             svc.transport.open_early()
+            tasks.append(asyncio.create_task(prepare_agent(svc), name="agentctl: prepare the agent"))
             clear_stop_files(fifo_dir)
             stop_requests = serve_stop_requests(
                 fifo_dir, svc.drainer, lambda: svc.bridge, config.drain_timeout

@@ -11,12 +11,14 @@ from aiohttp import web
 from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.http_common import dumps
 from agentsession.agentctl.metrics import Metrics
-from agentsession.agentctl_api import HEALTH_PATH, ErrorResponse
+from agentsession.agentctl_api import ErrorResponse
+from agentsession.agentctl_routes import ROUTES
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+OPEN_PATHS = frozenset(route.path for route in ROUTES if not route.auth)  # the kubelet's probes
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",
@@ -85,7 +87,7 @@ def make_middlewares(token: str | None, max_body: int, metrics: Metrics) -> list
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is None or request.path == HEALTH_PATH:
+        if token is None or request.path in OPEN_PATHS:
             return await handler(request)
         header = request.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")

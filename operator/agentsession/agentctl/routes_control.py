@@ -10,19 +10,46 @@ from aiohttp import web
 from agentsession.agentctl import __version__
 from agentsession.agentctl.binding import Handlers
 from agentsession.agentctl.clock import utc_now
+from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.http_common import json_ok, parse_body, query_int
 from agentsession.agentctl.metrics import CONTENT_TYPE_LATEST
 from agentsession.agentctl.services import services
 from agentsession.agentctl_api import StartRequest
-from agentsession.agentctl_routes import HEALTH, HISTORY, INFO, METRICS, OPENAPI, START, STATUS, STOP
+from agentsession.agentctl_routes import (
+    AGENT_HEALTH,
+    HEALTH,
+    HISTORY,
+    INFO,
+    METRICS,
+    OPENAPI,
+    START,
+    STATUS,
+    STOP,
+)
 
 handlers = Handlers()
 
 HISTORY_PAGE_MAX = 100_000
+AGENT_HEALTH_WAIT_MAX = 10
 
 
 @handlers(HEALTH)
 async def health(request: web.Request) -> web.Response:
+    return json_ok({"status": "ok", "timestamp": utc_now()})
+
+
+@handlers(AGENT_HEALTH)
+async def agent_health(request: web.Request) -> web.Response:
+    """The agent container's readiness probe. Waiting for the answer (instead of saying no at once) makes the
+    probe see the agent the moment it answers, not a probe period later."""
+    wait = min(query_int(request, "wait", 0) or 0, AGENT_HEALTH_WAIT_MAX)
+    s = services(request)
+    if not await s.agent_initialized(wait):
+        raise ApiError(
+            503,
+            "agent_not_initialized",
+            f"the agent has not answered ACP initialize yet (agent {s.agent_state()}); see GET /api/v1/status",
+        )
     return json_ok({"status": "ok", "timestamp": utc_now()})
 
 

@@ -54,6 +54,7 @@ class Services:
     started: float = field(default_factory=time.monotonic)
     started_at: str = field(default_factory=utc_now)
     clients: StreamCounts = field(default_factory=StreamCounts)
+    acp_loading: asyncio.Task[None] | None = None
     _bridge: AgentBridge | None = None
 
     @classmethod
@@ -83,6 +84,19 @@ class Services:
                 self.config, self.transport, self.hub, self.permissions, self.metrics, self.store
             )
         return self._bridge
+
+    async def agent_initialized(self, wait_s: float) -> bool:
+        """Whether the agent has answered ACP initialize, waiting up to `wait_s`. Never loads the ACP side on the
+        event loop: a probe must not stall the server while the library loads in its thread."""
+        deadline = time.monotonic() + wait_s
+        if self._bridge is None and self.acp_loading is not None:
+            done, _ = await asyncio.wait([self.acp_loading], timeout=wait_s)
+            if not done:
+                return False
+        return await self.bridge.wait_initialized(max(0.0, deadline - time.monotonic()))
+
+    def agent_state(self) -> str:
+        return self._bridge.phase.value if self._bridge is not None else "loading"
 
     @functools.cached_property
     def drainer(self) -> Drainer:

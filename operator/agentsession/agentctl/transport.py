@@ -34,5 +34,10 @@ class AgentTransport(abc.ABC):
     async def exit_reason(self) -> str:
         """After EOF from the agent: a short description of how it ended, for status and the stream."""
 
+    @abc.abstractmethod
+    async def agent_present(self) -> None:
+        """Returns once an attach opened early (`FifoTransport.open_early`) has found the agent; at once when none
+        is under way."""
+
     def describe(self) -> dict[str, Any]:
         return {"transport": self.name}

@@ -62,6 +62,12 @@ class FifoTransport(AgentTransport):
         if self._opening is None:
             self._opening = asyncio.create_task(self._open(), name="agentctl: open the agent's FIFOs")
 
+    async def agent_present(self) -> None:
+        opening = self._opening
+        if opening is not None:
+            # Waits without taking the ends (or the failure): they belong to the next attach.
+            await asyncio.wait([opening])
+
     async def _open(self) -> tuple[int, int]:
         ensure_fifos(self._dir)
         rfd = os.open(self._out_path, os.O_RDONLY | os.O_NONBLOCK)

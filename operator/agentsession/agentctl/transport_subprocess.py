@@ -70,6 +70,9 @@ class SubprocessTransport(AgentTransport):
             self._stderr_tail.append(text)
             log.info("agent stderr: %s", text, extra={"pid": pid})
 
+    async def agent_present(self) -> None:
+        return None  # the agent is this transport's child, spawned by attach
+
     async def exit_reason(self) -> str:
         proc = self._proc
         if proc is None:

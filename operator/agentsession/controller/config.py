@@ -129,9 +129,7 @@ class OperatorConfig(BaseSettings):
         "a type with no built-in profile must give at least `command`.",
     )
     agentctl_resources: Resources = Field(
-        default=Resources(
-            requests={"cpu": "50m", "memory": "64Mi"}, limits={"cpu": "500m", "memory": "256Mi"}
-        ),
+        default=Resources(requests={"cpu": "50m", "memory": "64Mi"}, limits={"cpu": "1", "memory": "256Mi"}),
         description="Requests and limits of agentctl and of the clone container, unless the session sets them.",
     )
     agent_resources: Resources = Field(

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from kubernetes.utils.quantity import parse_quantity
 
-from agentsession.agentctl_api import HEALTH_PATH, TOKEN_ENV
+from agentsession.agentctl_api import AGENT_HEALTH_PATH, AGENT_HEALTH_WAIT, HEALTH_PATH, TOKEN_ENV
 from agentsession.api.constants import (
     AGENT_CONTAINER,
     AGENTCTL_CONTAINER,
@@ -418,6 +418,18 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "resources": _resources(spec.agent.resources, config.agent_resources),
         "securityContext": _container_security_context(config),
         "volumeMounts": agent_mounts,
+        # The agent is ready once it has answered ACP initialize, which agentctl sends as soon as both run; the
+        # pod is then Ready when its agent can take a session. agentctl holds the probe up to AGENT_HEALTH_WAIT
+        # for the answer, so the probe sees it at once instead of a period later.
+        "readinessProbe": {
+            "httpGet": {
+                "path": f"{AGENT_HEALTH_PATH}?wait={AGENT_HEALTH_WAIT}",
+                "port": config.agentctl_port,
+            },
+            "periodSeconds": 1,
+            "failureThreshold": 2,
+            "timeoutSeconds": AGENT_HEALTH_WAIT + 1,
+        },
     }
     env_from = _env_from(spec)
     if env_from:

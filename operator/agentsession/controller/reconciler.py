@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from agentsession.agentctl_client import AgentctlConnector, AgentctlError
-from agentsession.api.constants import MANAGER, pod_name
+from agentsession.api.constants import AGENTCTL_CONTAINER, MANAGER, pod_name
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AcpStatus, AgentSessionSpec, AgentSessionStatus, ConditionType, Phase
 from agentsession.controller import metrics
@@ -165,7 +165,11 @@ class Reconciler:
         observed = Observed(session, spec, spec_error, pod, token, self._clock())
         if pod is not None and (since := readiness_pending_since(pod)) is not None:
             # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
-            selector = f"involvedObject.uid={PodView(pod).uid},reason=Unhealthy,type=Warning"
+            # agentctl's own probe only: the agent container's says the agent has not answered yet.
+            selector = (
+                f"involvedObject.uid={PodView(pod).uid},reason=Unhealthy,type=Warning,"
+                f"involvedObject.fieldPath=spec.initContainers{{{AGENTCTL_CONTAINER}}}"
+            )
             events = (await self._kube.list(EVENTS, namespace, field_selector=selector)).items
             failure = latest_readiness_failure(map(EventView, events), since)
             observed = replace(observed, probe_message=failure)

@@ -31,9 +31,9 @@ test: $(STAMP) lint typecheck
 unit: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider -ra tests/unit $(PYTEST_ARGS)
 
-# Regenerates crds/agentsessions.yaml from the pydantic models.
+# Regenerates crds/agentsessions.yaml and crds/agentsessionpools.yaml from the pydantic models.
 crd: $(STAMP)
-	$(PY) -m agentsession.api.crd > crds/agentsessions.yaml
+	$(PY) -m agentsession.api.crd crds
 
 cluster-up:
 	hack/cluster/up.sh

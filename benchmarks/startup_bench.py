@@ -41,7 +41,7 @@ from agentsession.kube.client import ApiKube, connect
 from agentsession.kube.resources import AGENT_SESSIONS, PODS, Resource
 
 BIN = Path(sys.executable).parent
-CRD = Path(__file__).resolve().parent.parent / "crds" / "agentsessions.yaml"
+CRDS = sorted((Path(__file__).resolve().parent.parent / "crds").glob("*.yaml"))
 IMAGE = os.environ.get("AGENTSESSION_IMAGE", "agentsession:dev")
 WAIT = 180.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -243,15 +243,20 @@ def operator(kubeconfig: str | None, namespace: str) -> Iterator[None]:
             proc.kill()
 
 
+async def bench_namespace() -> str:
+    """Installs the CRDs and makes a namespace of its own for one benchmark run."""
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    # The project's client serves the kinds the operator uses; CRDs and a namespace are kubectl's job here.
+    for crd in CRDS:
+        await asyncio.to_thread(kubectl, "apply", "--server-side", "-f", str(crd))
+    await asyncio.to_thread(kubectl, "wait", "--for=condition=Established", "crd", "--all")
+    await asyncio.to_thread(kubectl, "create", "namespace", namespace)
+    return namespace
+
+
 async def run(runs: int, burst: int) -> Bench:
     kube = await connect(os.environ.get("KUBECONFIG"))
-    namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    # The project's client serves the kinds the operator uses; the CRD and a namespace are kubectl's job here.
-    await asyncio.to_thread(kubectl, "apply", "--server-side", "-f", str(CRD))
-    await asyncio.to_thread(
-        kubectl, "wait", "--for=condition=Established", "crd/agentsessions.agentsession.dev"
-    )
-    await asyncio.to_thread(kubectl, "create", "namespace", namespace)
+    namespace = await bench_namespace()
     bench = Bench(kube, namespace)
     watchers = [asyncio.create_task(watch(kube, r, namespace, bench.seen)) for r in (PODS, AGENT_SESSIONS)]
     try:

@@ -154,11 +154,12 @@ for ns in "$RELEASE_NS" "$DEMO_NS"; do
   kubectl label namespace "$ns" --overwrite \
     pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted >/dev/null
 done
-# Helm installs crds/ only on a first install and never upgrades them: apply the CRD of this checkout, then let
-# Helm skip it (Helm 4's server-side apply would otherwise conflict with an earlier applier of the CRD).
-kubectl apply --server-side --force-conflicts --field-manager agentsession-demo -f crds/agentsessions.yaml \
+# Helm installs crds/ only on a first install and never upgrades them: apply the CRDs of this checkout, then let
+# Helm skip them (Helm 4's server-side apply would otherwise conflict with an earlier applier of the CRDs).
+kubectl apply --server-side --force-conflicts --field-manager agentsession-demo -f crds/ \
   | sed 's/^/    /'
-kubectl wait --for=condition=Established crd/agentsessions.agentsession.dev --timeout=60s >/dev/null
+kubectl wait --for=condition=Established --timeout=60s \
+  crd/agentsessions.agentsession.dev crd/agentsessionpools.agentsession.dev >/dev/null
 repository="${IMAGE%:*}"
 tag="${IMAGE##*:}"
 [ "$repository" != "$IMAGE" ] || tag=latest

@@ -27,6 +27,8 @@ CLUSTER_DIR = Path(os.environ.get("AGENTSESSION_CLUSTER_DIR", CACHE_DIR / "clust
 LOCAL_KUBECONFIG = CLUSTER_DIR / "admin.kubeconfig"
 CONTAINERD_SOCK = CLUSTER_DIR / "run" / "containerd.sock"
 CRD_FILE = REPO_ROOT / "crds" / "agentsessions.yaml"
+POOL_CRD_FILE = REPO_ROOT / "crds" / "agentsessionpools.yaml"
+CRD_FILES = (CRD_FILE, POOL_CRD_FILE)
 DEFAULT_IMAGE = "agentsession:dev"
 
 T = TypeVar("T")
@@ -257,24 +259,27 @@ def namespace(kube_api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def crd_installed(kube_api: Any, kubectl: str, kubeconfig: str) -> list[str]:
-    """Applies crds/agentsessions.yaml (server-side) and waits until every CRD in it is Established."""
+    """Applies the files of crds/ (server-side) and waits until every CRD in them is Established."""
     import yaml
     from kubernetes import client
 
-    if not CRD_FILE.is_file():
-        pytest.skip(f"{CRD_FILE.relative_to(REPO_ROOT)} does not exist yet")
+    for path in CRD_FILES:
+        if not path.is_file():
+            pytest.skip(f"{path.relative_to(REPO_ROOT)} does not exist yet")
     names = [
         doc["metadata"]["name"]
-        for doc in yaml.safe_load_all(CRD_FILE.read_text())
+        for path in CRD_FILES
+        for doc in yaml.safe_load_all(path.read_text())
         if doc and doc.get("kind") == "CustomResourceDefinition"
     ]
+    files = [arg for path in CRD_FILES for arg in ("-f", str(path))]
     proc = subprocess.run(
         [kubectl, "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts",
-         "--field-manager", "agentsession-tests", "-f", str(CRD_FILE)],
+         "--field-manager", "agentsession-tests", *files],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
-        pytest.fail(f"kubectl apply -f {CRD_FILE} failed:\n{proc.stderr or proc.stdout}", pytrace=False)
+        pytest.fail(f"kubectl apply {' '.join(files)} failed:\n{proc.stderr or proc.stdout}", pytrace=False)
     ext = client.ApiextensionsV1Api(kube_api)
 
     def established(name: str) -> bool:

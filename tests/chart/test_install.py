@@ -1,6 +1,6 @@
 """`helm install` on a real cluster: the operator and the gateway come up, a demo session reaches Ready in a
 namespace that enforces the `restricted` Pod Security Standard, `helm test` passes, and `helm uninstall` leaves
-nothing behind but the CRD.
+nothing behind but the CRDs.
 
 One release serves the module's tests, which run in file order; the last one uninstalls it. The release serves
 only its session namespace (`watchNamespaces`), so it never acts on other tests' sessions in a shared cluster.
@@ -23,6 +23,7 @@ from tests.conftest import REPO_ROOT
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
 
 READY_TIMEOUT = "240s"
+CRD_NAMES = ("agentsessions.agentsession.dev", "agentsessionpools.agentsession.dev")
 
 
 @dataclass
@@ -100,9 +101,9 @@ def release(
     namespace, sessions = restricted_namespaces
     rel = Release(f"it-{uuid.uuid4().hex[:6]}", namespace, sessions, helm, kubectl, kubeconfig, request.param)
     repository, tag = _split_image(project_image)
-    # Other tests keep the CRD applied (and current) in a shared cluster; Helm 4 server-side-applies crds/ and
-    # would conflict with their field manager, so the chart installs the CRD only where it is missing.
-    crd_present = rel.k("get", "crd", "agentsessions.agentsession.dev", check=False).returncode == 0
+    # Other tests keep the CRDs applied (and current) in a shared cluster; Helm 4 server-side-applies crds/ and
+    # would conflict with their field manager, so the chart installs the CRDs only where they are missing.
+    crd_present = rel.k("get", "crd", *CRD_NAMES, check=False).returncode == 0
     install = run_helm(
         helm, "install", rel.name, str(CHART), "--kubeconfig", kubeconfig, "--namespace", namespace,
         "-f", str(CHART / "ci" / "dev-values.yaml"),
@@ -203,5 +204,5 @@ def test_uninstall_leaves_only_the_crd(release: Release, wait_until: Callable[..
             lambda ns=ns: release.k("get", "pods", "-n", ns, "-o", "name").stdout.strip() == "",
             timeout=120,
         )
-    # The CRD is Helm's `crds/`: never deleted by an uninstall (documented in docs/install.md).
-    assert release.k("get", "crd", "agentsessions.agentsession.dev", check=False).returncode == 0
+    # The CRDs are Helm's `crds/`: never deleted by an uninstall (documented in docs/install.md).
+    assert release.k("get", "crd", *CRD_NAMES, check=False).returncode == 0

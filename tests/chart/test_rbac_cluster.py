@@ -18,6 +18,7 @@ pytestmark = pytest.mark.cluster
 
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 AGS = "agentsessions.agentsession.dev"
+POOLS = "agentsessionpools.agentsession.dev"
 
 # (verb, resource, extra kubectl args) an account must be able to do in each namespace it serves.
 OPERATOR_MUST = [
@@ -26,12 +27,23 @@ OPERATOR_MUST = [
     ("watch", AGS, ()),
     ("patch", AGS, ()),
     ("patch", AGS, ("--subresource=status",)),
+    ("get", POOLS, ()),
+    ("list", POOLS, ()),
+    ("watch", POOLS, ()),
+    ("patch", POOLS, ()),
+    ("patch", POOLS, ("--subresource=status",)),
+    ("update", POOLS, ("--subresource=status",)),
     ("create", "pods", ()),
+    ("patch", "pods", ()),
     ("delete", "pods", ()),
     ("watch", "pods", ()),
     ("get", "secrets", ()),
     ("create", "secrets", ()),
+    ("patch", "secrets", ()),
+    ("delete", "secrets", ()),
     ("create", "persistentvolumeclaims", ()),
+    ("patch", "persistentvolumeclaims", ()),
+    ("delete", "persistentvolumeclaims", ()),
     ("create", "events", ()),
     ("list", "events", ()),
 ]
@@ -39,15 +51,14 @@ OPERATOR_MUST_NOT = [
     ("list", "secrets", ()),
     ("watch", "secrets", ()),
     ("update", "secrets", ()),
-    ("delete", "secrets", ()),
     ("delete", AGS, ()),
     ("create", AGS, ()),
     ("update", AGS, ()),
+    ("delete", POOLS, ()),
+    ("create", POOLS, ()),
     ("create", "pods", ("--subresource=exec",)),
-    ("patch", "pods", ()),
     ("create", "deployments.apps", ()),
     ("create", "serviceaccounts", ("--subresource=token",)),
-    ("delete", "persistentvolumeclaims", ()),
     ("create", "roles.rbac.authorization.k8s.io", ()),
     ("create", "networkpolicies.networking.k8s.io", ()),
 ]
@@ -65,6 +76,7 @@ GATEWAY_MUST_NOT = [
     ("patch", AGS, ("--subresource=status",)),
     ("create", AGS, ()),
     ("delete", AGS, ()),
+    ("get", POOLS, ()),
     ("get", "pods", ()),
     ("create", "pods", ()),
     ("create", "pods", ("--subresource=exec",)),
@@ -201,6 +213,7 @@ def test_cluster_scope(
         checks += expect(account, NOBODY_CLUSTER_WIDE, None, False)
     checks += [
         (operator, "list", AGS, ("--all-namespaces",), None, True),
+        (operator, "watch", POOLS, ("--all-namespaces",), None, True),
         (operator, "watch", "pods", ("--all-namespaces",), None, True),
         (operator, "watch", "customresourcedefinitions.apiextensions.k8s.io", (), None, True),
         (gateway, "watch", AGS, ("--all-namespaces",), None, True),

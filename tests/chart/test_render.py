@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.chart.conftest import CHART, CI_VALUES, Manifest, Render, by_kind, one, run_helm
-from tests.conftest import CRD_FILE
+from tests.conftest import CRD_FILES
 from tests.support.pod_security import restricted_violations
 
 VALUES_CASES = [pytest.param(None, id="default"), *(pytest.param(f, id=f.stem) for f in CI_VALUES)]
@@ -96,29 +96,34 @@ def test_every_pod_meets_the_restricted_standard(render: Render, values: Path | 
 # ---------------------------------------------------------------- the CRD comes from crds/, never a copy
 
 
-def test_chart_crd_is_the_generated_file() -> None:
-    in_chart = CHART / "crds" / "agentsessions.yaml"
-    assert in_chart.is_symlink(), "the chart must link the generated CRD, not keep a copy"
-    assert in_chart.resolve() == CRD_FILE.resolve()
+def test_chart_crds_are_the_generated_files() -> None:
+    in_chart = sorted((CHART / "crds").iterdir())
+    assert [p.name for p in in_chart] == sorted(f.name for f in CRD_FILES)
+    for link in in_chart:
+        assert link.is_symlink(), f"the chart must link the generated {link.name}, not keep a copy"
+        assert link.resolve() == (CRD_FILES[0].parent / link.name).resolve()
     copies = [
-        p for p in CHART.rglob("*.yaml") if "CustomResourceDefinition" in p.read_text() and p != in_chart
+        p for p in CHART.rglob("*.yaml") if "CustomResourceDefinition" in p.read_text() and p not in in_chart
     ]
     assert copies == [], f"hand-kept CRD copies in the chart: {copies}"
 
 
-def test_rendered_crd_equals_crds_file(render: Render) -> None:
-    crds = by_kind(render(include_crds=True), "CustomResourceDefinition")
-    assert crds == [doc for doc in yaml.safe_load_all(CRD_FILE.read_text()) if doc]
+def test_rendered_crds_equal_crds_files(render: Render) -> None:
+    rendered = by_kind(render(include_crds=True), "CustomResourceDefinition")
+    generated = [doc for f in CRD_FILES for doc in yaml.safe_load_all(f.read_text()) if doc]
+    assert len(rendered) == len(generated)
+    assert {d["metadata"]["name"]: d for d in rendered} == {d["metadata"]["name"]: d for d in generated}
 
 
-def test_packaged_chart_carries_the_crd_itself(helm: str, tmp_path: Path) -> None:
-    """`helm package` must dereference the link: a chart archive holds the file, byte for byte."""
+def test_packaged_chart_carries_the_crds_themselves(helm: str, tmp_path: Path) -> None:
+    """`helm package` must dereference the links: a chart archive holds each file, byte for byte."""
     run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     (archive,) = tmp_path.glob("agentsession-*.tgz")
     with tarfile.open(archive) as tar:
-        member = tar.extractfile("agentsession/crds/agentsessions.yaml")
-        assert member is not None
-        assert member.read() == CRD_FILE.read_bytes()
+        for crd_file in CRD_FILES:
+            member = tar.extractfile(f"agentsession/crds/{crd_file.name}")
+            assert member is not None
+            assert member.read() == crd_file.read_bytes()
         assert "agentsession/values.schema.json" in tar.getnames()
 
 
@@ -171,7 +176,7 @@ def test_operator_env_is_a_valid_operator_config(
     assert config.namespaces == namespaces
     assert config.image == "agentsession:0.1.0"
     assert config.metrics_port == 8080
-    assert config.agentctl_resources.limits == {"cpu": "500m", "memory": "256Mi"}
+    assert config.agentctl_resources.limits == {"cpu": "1", "memory": "256Mi"}
 
 
 @pytest.mark.parametrize(
@@ -262,7 +267,9 @@ def test_rbac_grants_no_wildcards_and_no_secret_listing(render: Render, values: 
             assert "*" not in rule.get("apiGroups", []), rule
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
             if "secrets" in rule["resources"]:
-                allowed = {"get", "create"} if component == "operator" else {"get"}
+                # By name only: the operator hands a pool pod's token Secret to its session and deletes those
+                # of pods a pool no longer needs, and never enumerates them.
+                allowed = {"get", "create", "patch", "delete"} if component == "operator" else {"get"}
                 assert set(rule["verbs"]) <= allowed, (component, rule)
 
 

@@ -65,12 +65,17 @@ class Sessions:
             wait_until, f"{name} Ready=True", lambda: self.has_condition(name, "Ready", "True"), 180
         )
 
+    def stem(self, name: str) -> str:
+        """What the session's children are named after: its name, or the warm pod's it claimed from a pool."""
+        startup = (self.get(name).get("status") or {}).get("startup") or {}
+        return str(startup.get("member") or name)
+
     def token(self, name: str) -> str:
-        secret = self.core.read_namespaced_secret(token_secret_name(name), self.namespace)
+        secret = self.core.read_namespaced_secret(token_secret_name(self.stem(name)), self.namespace)
         return base64.b64decode(secret.data["token"]).decode()
 
     def pod(self, name: str) -> Any:
-        return self.core.read_namespaced_pod(f"{name}-agent", self.namespace)
+        return self.core.read_namespaced_pod(f"{self.stem(name)}-agent", self.namespace)
 
     def pod_gone(self, name: str, uid: str) -> bool:
         """Whether the session's pod with `uid` no longer exists (none, or another in its place)."""

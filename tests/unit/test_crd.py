@@ -1,4 +1,4 @@
-"""The CRD is generated from the models and must not drift; samples validate against the models."""
+"""The CRDs are generated from the models and must not drift; samples validate against the models."""
 
 from __future__ import annotations
 
@@ -10,22 +10,41 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from agentsession.api.crd import _structural, crd_manifest, main, render
-from agentsession.api.models import AgentSessionSpec
+from agentsession.api.constants import MAX_NAME_LENGTH, MAX_POOL_NAME_LENGTH
+from agentsession.api.crd import (
+    DEFINITIONS,
+    POOL,
+    SESSION,
+    Definition,
+    _structural,
+    crd_manifest,
+    main,
+    render,
+)
+from agentsession.api.models import AgentSessionPoolSpec, AgentSessionSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 INVALID = sorted((ROOT / "examples" / "invalid").glob("*.yaml"))
+SPEC_MODELS = {"AgentSession": AgentSessionSpec, "AgentSessionPool": AgentSessionPoolSpec}
+BY_KIND = pytest.mark.parametrize("definition", DEFINITIONS, ids=[d.kind for d in DEFINITIONS])
 
 
-def _schema() -> dict[str, Any]:
-    schema: dict[str, Any] = crd_manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def _schema(definition: Definition = SESSION) -> dict[str, Any]:
+    schema: dict[str, Any] = crd_manifest(definition)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
 
 
-def test_committed_crd_matches_the_models() -> None:
-    committed = (ROOT / "crds" / "agentsessions.yaml").read_text()
-    assert committed == render(), "crds/agentsessions.yaml drifted from the models: run `make crd`"
+@BY_KIND
+def test_committed_crd_matches_the_models(definition: Definition) -> None:
+    committed = (ROOT / "crds" / definition.file_name).read_text()
+    assert committed == render(definition), (
+        f"crds/{definition.file_name} drifted from the models: run `make crd`"
+    )
+
+
+def test_crds_holds_exactly_the_generated_files() -> None:
+    assert sorted(p.name for p in (ROOT / "crds").iterdir()) == sorted(d.file_name for d in DEFINITIONS)
 
 
 def _walk(node: dict[str, Any], path: str = "") -> list[str]:
@@ -44,12 +63,13 @@ def _walk(node: dict[str, Any], path: str = "") -> list[str]:
     return problems
 
 
-def test_schema_is_structural() -> None:
-    assert _walk(_schema()) == []
+@BY_KIND
+def test_schema_is_structural(definition: Definition) -> None:
+    assert _walk(_schema(definition)) == []
 
 
 def test_printer_columns_and_subresources() -> None:
-    version = crd_manifest()["spec"]["versions"][0]
+    version = crd_manifest(SESSION)["spec"]["versions"][0]
     assert [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")] == [
         "Phase",
         "Ready",
@@ -58,10 +78,65 @@ def test_printer_columns_and_subresources() -> None:
         "Age",
     ]
     assert version["subresources"] == {"status": {}}
-    assert crd_manifest()["spec"]["names"]["shortNames"] == ["ags"]
+    assert crd_manifest(SESSION)["spec"]["names"]["shortNames"] == ["ags"]
 
 
-def test_every_cel_rule_has_a_message() -> None:
+def test_pool_printer_columns_and_subresources() -> None:
+    manifest = crd_manifest(POOL)
+    assert manifest["metadata"]["name"] == "agentsessionpools.agentsession.dev"
+    assert manifest["spec"]["names"]["kind"] == "AgentSessionPool"
+    assert manifest["spec"]["names"]["shortNames"] == ["agspool"]
+    version = manifest["spec"]["versions"][0]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Desired": ".spec.replicas",
+        "Ready": ".status.readyReplicas",
+        "Claimed": ".status.claimed",
+        "Agent": ".spec.template.agent.type",
+        "Age": ".metadata.creationTimestamp",
+    }
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"},
+    }
+    # Every spec or status path the columns and the scale subresource name exists in the schema.
+    schema = _schema(POOL)
+    for path in [*columns.values(), *version["subresources"]["scale"].values()]:
+        if path.startswith(".metadata."):
+            continue
+        node = schema
+        for part in path.strip(".").split("."):
+            node = node["properties"][part]
+
+
+@pytest.mark.parametrize(
+    ("definition", "limit"),
+    [(SESSION, MAX_NAME_LENGTH), (POOL, MAX_POOL_NAME_LENGTH)],
+    ids=["session", "pool"],
+)
+def test_the_name_is_bounded_so_children_names_fit(definition: Definition, limit: int) -> None:
+    (rule,) = _schema(definition)["x-kubernetes-validations"]
+    assert rule["rule"] == f"size(self.metadata.name) <= {limit}"
+    assert rule["message"].startswith(f"metadata.name must be at most {limit} characters (")
+
+
+@BY_KIND
+def test_descriptions_are_one_paragraph(definition: Definition) -> None:
+    descriptions: list[str] = []
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("description"), str):
+                descriptions.append(node["description"])
+            for value in node.values():
+                collect(value)
+
+    collect(_schema(definition))
+    assert [d for d in descriptions if "\n" in d or "  " in d] == []
+
+
+@BY_KIND
+def test_every_cel_rule_has_a_message(definition: Definition) -> None:
     rules: list[dict[str, str]] = []
 
     def collect(node: Any) -> None:
@@ -70,7 +145,7 @@ def test_every_cel_rule_has_a_message() -> None:
             for value in node.values():
                 collect(value)
 
-    collect(_schema())
+    collect(_schema(definition))
     assert len(rules) >= 7
     assert all(rule["message"] and rule["rule"] and rule["reason"] == "FieldValueInvalid" for rule in rules)
     # A rule about one field of its object points at that field, so the error names it and not the object.
@@ -88,9 +163,11 @@ def test_conditions_are_a_map_keyed_by_type() -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_examples_validate(path: Path) -> None:
-    document = yaml.safe_load(path.read_text())
-    assert document["kind"] == "AgentSession"
-    AgentSessionSpec.model_validate(document["spec"])
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert documents
+    for document in documents:
+        assert document["kind"] in SPEC_MODELS, document["kind"]
+        SPEC_MODELS[document["kind"]].model_validate(document["spec"])
 
 
 @pytest.mark.parametrize(
@@ -124,8 +201,9 @@ def _undescribed(node: dict[str, Any], path: str) -> list[str]:
     return missing
 
 
-def test_kubectl_explain_describes_every_field_of_the_spec() -> None:
-    assert _undescribed(_schema()["properties"]["spec"], "spec") == []
+@BY_KIND
+def test_kubectl_explain_describes_every_field_of_the_spec(definition: Definition) -> None:
+    assert _undescribed(_schema(definition)["properties"]["spec"], "spec") == []
 
 
 @pytest.mark.parametrize(
@@ -162,6 +240,9 @@ def test_a_union_the_api_server_cannot_express_is_refused_by_name() -> None:
     assert "'array'" in str(refused.value)
 
 
-def test_make_crd_prints_the_rendered_definition(capsys: pytest.CaptureFixture[str]) -> None:
-    main()
-    assert capsys.readouterr().out == render()
+def test_make_crd_writes_every_definition_into_crds(tmp_path: Path) -> None:
+    main([str(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(d.file_name for d in DEFINITIONS)
+    for definition in DEFINITIONS:
+        assert (tmp_path / definition.file_name).read_text() == render(definition)
+    assert "\t$(PY) -m agentsession.api.crd crds\n" in (ROOT / "Makefile").read_text()

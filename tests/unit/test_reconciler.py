@@ -117,10 +117,18 @@ class World:
             self.config,
             self.kube,
             self.agentctls,
-            lambda namespace, name: self.kube.find("Pod", namespace, name),
+            self.pods_labelled,
             clock=self.clock,
             new_token=lambda: "token-1",
         )
+
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[dict[str, Any]]:
+        """The operator's pod index, read from the fake API."""
+        return [
+            obj
+            for (kind, ns, _), obj in sorted(self.kube.objects.items())
+            if kind == "Pod" and ns == namespace and (obj["metadata"].get("labels") or {}).get(label) == value
+        ]
 
     @property
     def agentctl(self) -> FakeAgentctl:
@@ -573,7 +581,8 @@ async def test_a_pod_of_an_older_session_of_the_same_name_is_replaced() -> None:
     world = World()
     await world.apply()
     stale = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": []},
-             "metadata": {"name": POD, "namespace": NS, "ownerReferences": [{"uid": "older"}]}}  # fmt: skip
+             "metadata": {"name": POD, "namespace": NS, "labels": {"agentsession.dev/name": NAME},
+                          "ownerReferences": [{"uid": "older"}]}}  # fmt: skip
     world.kube.put(stale)
     await world.reconcile()
     assert ("Normal", "StalePodReplaced") in world.events()

@@ -97,16 +97,25 @@ or in namespace scope the release namespace; empty means cluster-wide.
 - apiGroups: [agentsession.dev]
   resources: [agentsessions/status]
   verbs: [get, patch]
+# Pools: their users own the spec; the operator keeps their pods and reports them in the status.
+- apiGroups: [agentsession.dev]
+  resources: [agentsessionpools]
+  verbs: [get, list, watch, patch]
+- apiGroups: [agentsession.dev]
+  resources: [agentsessionpools/status]
+  verbs: [get, patch, update]
+# patch: a claimed pool pod and its children change owner and labels, from the pool to the session.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
-# Only the per-session agentctl token Secrets, which it creates and reads back by name.
+  verbs: [get, list, watch, create, patch, delete]
+# Only the agentctl token Secrets of sessions and pool pods, which it creates and reads back by name; delete:
+# a pool that shrinks removes its unclaimed pods' Secrets.
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, create]
+  verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [get, create]
+  verbs: [get, create, patch, delete]
 # list: the newest probe-failure Event of a pod becomes the session's condition message.
 - apiGroups: ["", events.k8s.io]
   resources: [events]

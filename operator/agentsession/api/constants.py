@@ -9,6 +9,10 @@ KIND: Final = "AgentSession"
 PLURAL: Final = "agentsessions"
 SINGULAR: Final = "agentsession"
 SHORT_NAME: Final = "ags"
+POOL_KIND: Final = "AgentSessionPool"
+POOL_PLURAL: Final = "agentsessionpools"
+POOL_SINGULAR: Final = "agentsessionpool"
+POOL_SHORT_NAME: Final = "agspool"
 
 LABEL_SESSION: Final = f"{GROUP}/name"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
@@ -17,9 +21,18 @@ LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 MANAGER: Final = "agentsession-operator"
+# A warm pod of a pool carries its pool's name here until a session claims it.
+LABEL_POOL: Final = f"{GROUP}/pool"
+# On a pool's pod: the digest of its shape, which a claiming session's pod must have (`pod_builder.shape_hash`).
+SHAPE_HASH_ANNOTATION: Final = f"{GROUP}/pod-shape-hash"
+# On a claimed pod: the pool it came from.
+LABEL_CLAIMED_FROM: Final = f"{GROUP}/claimed-from"
 
 # Session names become prefixes of child names ("-agentctl-token" is the longest suffix, 63-char limit).
 MAX_NAME_LENGTH: Final = 48
+# A pool's pods are named after it and a suffix of MEMBER_SUFFIX_LENGTH characters and a dash.
+MEMBER_SUFFIX_LENGTH: Final = 5
+MAX_POOL_NAME_LENGTH: Final = MAX_NAME_LENGTH - MEMBER_SUFFIX_LENGTH - 1
 
 AGENTCTL_CONTAINER: Final = "agentctl"
 AGENT_CONTAINER: Final = "agent"

@@ -1,17 +1,40 @@
-"""Generates the AgentSession CustomResourceDefinition from the pydantic models.
+"""Generates the CustomResourceDefinitions of the API (AgentSession, AgentSessionPool) from its models.
 
-`python -m agentsession.api.crd > crds/agentsessions.yaml`; a unit test fails when the committed file drifts.
+`python -m agentsession.api.crd crds` writes `crds/<plural>.yaml` for each; a unit test fails when a committed
+file drifts.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
-from agentsession.api.constants import GROUP, KIND, MAX_NAME_LENGTH, PLURAL, SHORT_NAME, SINGULAR, VERSION
-from agentsession.api.models import AgentSessionSpec, AgentSessionStatus
+from agentsession.api.constants import (
+    GROUP,
+    KIND,
+    MAX_NAME_LENGTH,
+    MAX_POOL_NAME_LENGTH,
+    PLURAL,
+    POOL_KIND,
+    POOL_PLURAL,
+    POOL_SHORT_NAME,
+    POOL_SINGULAR,
+    SHORT_NAME,
+    SINGULAR,
+    VERSION,
+)
+from agentsession.api.models import (
+    AgentSessionPoolSpec,
+    AgentSessionPoolStatus,
+    AgentSessionSpec,
+    AgentSessionStatus,
+)
 
 Schema = dict[str, Any]
 
@@ -27,6 +50,65 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Title", "type": "string", "jsonPath": ".spec.title", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
+
+POOL_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Claimed", "type": "integer", "jsonPath": ".status.claimed"},
+    {"name": "Agent", "type": "string", "jsonPath": ".spec.template.agent.type"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+@dataclass(frozen=True)
+class Definition:
+    """What sets one kind of the API apart; the schema itself comes from its models."""
+
+    kind: str
+    plural: str
+    singular: str
+    short_name: str
+    description: str
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    printer_columns: list[dict[str, Any]]
+    max_name_length: int
+    # Why the name is bounded, for the message of the API server's refusal.
+    name_bound_by: str
+    # A scale subresource on .spec.replicas, so `kubectl scale` resizes it as it does a Deployment.
+    scalable: bool = False
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.plural}.yaml"
+
+
+SESSION = Definition(
+    kind=KIND,
+    plural=PLURAL,
+    singular=SINGULAR,
+    short_name=SHORT_NAME,
+    description="An ACP coding agent running as a pod with the agentctl sidecar.",
+    spec=AgentSessionSpec,
+    status=AgentSessionStatus,
+    printer_columns=PRINTER_COLUMNS,
+    max_name_length=MAX_NAME_LENGTH,
+    name_bound_by="it prefixes the names of the session's pod, secret and volume claim",
+)
+POOL = Definition(
+    kind=POOL_KIND,
+    plural=POOL_PLURAL,
+    singular=POOL_SINGULAR,
+    short_name=POOL_SHORT_NAME,
+    description="Pods of AgentSessions started ahead of them, for sessions to claim at their first start.",
+    spec=AgentSessionPoolSpec,
+    status=AgentSessionPoolStatus,
+    printer_columns=POOL_PRINTER_COLUMNS,
+    max_name_length=MAX_POOL_NAME_LENGTH,
+    name_bound_by="it names the pool's pods, which prefix the names of their secrets and volume claims",
+    scalable=True,
+)
+DEFINITIONS: tuple[Definition, ...] = (SESSION, POOL)
 
 
 def _resolve(node: Any, defs: dict[str, Schema]) -> Any:
@@ -58,6 +140,9 @@ def _structural(node: Schema) -> Schema:
             raise ValueError(f"unsupported union in CRD schema: {options}")
     if node.get("default", 0) is None:
         del node["default"]
+    # A docstring wraps at the source's line length; `kubectl explain` would show its line breaks as they are.
+    if isinstance(node.get("description"), str):
+        node["description"] = " ".join(node["description"].split())
     values = node.pop("additionalProperties", None)
     if values is True:
         node["x-kubernetes-preserve-unknown-fields"] = True
@@ -91,46 +176,50 @@ def openapi_schema(model: type[Any]) -> Schema:
     return _structural(_resolve(raw, raw.get("$defs", {})))
 
 
-def crd_manifest() -> dict[str, Any]:
-    spec = openapi_schema(AgentSessionSpec)
-    status = openapi_schema(AgentSessionStatus)
+def crd_manifest(definition: Definition) -> dict[str, Any]:
+    limit = definition.max_name_length
     schema: Schema = {
         "type": "object",
-        "description": "An ACP coding agent running as a pod with the agentctl sidecar.",
+        "description": definition.description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
+            "spec": openapi_schema(definition.spec),
+            "status": openapi_schema(definition.status),
         },
         "x-kubernetes-validations": [
             {
-                "rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
-                "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters "
-                "(it prefixes the names of the session's pod, secret and volume claim)",
+                "rule": f"size(self.metadata.name) <= {limit}",
+                "message": f"metadata.name must be at most {limit} characters ({definition.name_bound_by})",
                 "reason": "FieldValueInvalid",
                 "fieldPath": ".metadata",
             }
         ],
     }
+    subresources: dict[str, Any] = {"status": {}}
+    if definition.scalable:
+        subresources["scale"] = {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+        }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
+            "name": f"{definition.plural}.{GROUP}",
             "labels": {"app.kubernetes.io/name": "agentsession", "app.kubernetes.io/part-of": "agentsession"},
         },
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": [SHORT_NAME],
+                "kind": definition.kind,
+                "listKind": f"{definition.kind}List",
+                "plural": definition.plural,
+                "singular": definition.singular,
+                "shortNames": [definition.short_name],
                 "categories": ["all", "agents"],
             },
             "versions": [
@@ -138,8 +227,8 @@ def crd_manifest() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "subresources": subresources,
+                    "additionalPrinterColumns": definition.printer_columns,
                     "schema": {"openAPIV3Schema": schema},
                 }
             ],
@@ -147,13 +236,17 @@ def crd_manifest() -> dict[str, Any]:
     }
 
 
-def render() -> str:
+def render(definition: Definition) -> str:
     header = "# Generated from operator/agentsession/api/models.py by `make crd`; do not edit by hand.\n"
-    return header + yaml.safe_dump(crd_manifest(), sort_keys=False, width=110)
+    return header + yaml.safe_dump(crd_manifest(definition), sort_keys=False, width=110)
 
 
-def main() -> None:
-    sys.stdout.write(render())
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m agentsession.api.crd", description=__doc__)
+    parser.add_argument("directory", type=Path, help="where each definition is written as <plural>.yaml")
+    directory: Path = parser.parse_args(argv).directory
+    for definition in DEFINITIONS:
+        (directory / definition.file_name).write_text(render(definition))
 
 
 if __name__ == "__main__":

@@ -487,6 +487,10 @@ class PodTemplateOverrides(_Model):
     )
 
 
+class PoolReference(_Model):
+    name: ObjectName = Field(description="An AgentSessionPool in the session's namespace.")
+
+
 class AgentSessionSpec(_Model):
     """An ACP coding agent run as a pod with the agentctl sidecar: what runs, where it works, and when it stops."""
 
@@ -507,6 +511,11 @@ class AgentSessionSpec(_Model):
     suspend: bool = Field(default=False, description="True keeps the record and workspace but runs no pod.")
     lifecycle: LifecycleSpec | None = None
     podTemplate: PodTemplateOverrides | None = None
+    poolRef: PoolReference | None = Field(
+        default=None,
+        description="At the first start, claim a warm pod of this AgentSessionPool (its template must give the "
+        "pod this session asks for); without one that fits, the session starts cold and status.startup says why.",
+    )
 
     model_config = ConfigDict(
         json_schema_extra=_rules(
@@ -546,9 +555,24 @@ class AcpStatus(_Model):
     lastError: str | None = Field(default=None, max_length=4096)
 
 
-class StartupTimings(_Model):
-    """Seconds from pod creation to each startup stage of the current pod."""
+StartSource = Literal["Claimed", "Cold"]
 
+
+class StartupTimings(_Model):
+    """How the session's first pod came (claimed from a pool or started cold), and seconds from pod creation to
+    each startup stage of the current pod."""
+
+    source: StartSource | None = None
+    pool: str | None = Field(
+        default=None, description="The AgentSessionPool of spec.poolRef, when one was asked."
+    )
+    member: str | None = Field(
+        default=None,
+        description="The claimed pool pod's name stem: the session's pod, token Secret and workspace claim are "
+        "named after it, as they are after the session's name otherwise.",
+    )
+    reason: str | None = Field(default=None, description="Why a session with spec.poolRef started cold.")
+    message: str | None = Field(default=None, max_length=1024)
     scheduledSeconds: float | None = None
     agentctlReadySeconds: float | None = None
     initializedSeconds: float | None = None
@@ -574,3 +598,44 @@ class AgentSessionStatus(_Model):
 
     def condition(self, kind: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)
+
+
+class PoolTemplate(_Model):
+    """The pod a pool keeps warm: the fields of an AgentSession that shape its pod. A session claims one of the
+    pool's pods only when its own fields give the same pod."""
+
+    agent: AgentSpec = Field(default_factory=AgentSpec, json_schema_extra={"default": {"type": "demo"}})
+    agentctl: AgentctlSpec | None = None
+    workspace: WorkspaceSpec | None = None
+    cwd: AbsolutePath | None = Field(
+        default=None, description="The ACP session's cwd; defaults to mountPath."
+    )
+    lifecycle: LifecycleSpec | None = None
+    podTemplate: PodTemplateOverrides | None = None
+
+    def session_spec(self) -> AgentSessionSpec:
+        return AgentSessionSpec.model_validate(self.model_dump(exclude_none=True))
+
+
+RefillPolicy = Literal["Always", "Never"]
+
+
+class AgentSessionPoolSpec(_Model):
+    """Pods started ahead of sessions: agentctl ready and the agent initialized, waiting for a session to claim
+    one through spec.poolRef."""
+
+    replicas: int = Field(default=1, ge=0, le=100, description="Warm pods to keep.")
+    template: PoolTemplate = Field(
+        default_factory=PoolTemplate, json_schema_extra={"default": {"agent": {"type": "demo"}}}
+    )
+    refillPolicy: RefillPolicy = Field(
+        default="Always",
+        description="Always: replace a claimed pod at once. Never: claims shrink the pool until replicas changes.",
+    )
+
+
+class AgentSessionPoolStatus(_Model):
+    replicas: int = Field(default=0, ge=0, description="Warm pods that exist.")
+    readyReplicas: int = Field(default=0, ge=0, description="Warm pods a session can claim now.")
+    claimed: int = Field(default=0, ge=0, description="Pods of this pool that sessions hold now.")
+    observedGeneration: int | None = Field(default=None, ge=0)

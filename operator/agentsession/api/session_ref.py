@@ -14,6 +14,12 @@ class SessionRef:
     name: str
     uid: str
     generation: int = 0
+    # The stem of the children's names: the session's name, or the claimed pool pod's (status.startup.member).
+    stem: str = ""
+
+    @property
+    def children(self) -> str:
+        return self.stem or self.name
 
     @property
     def key(self) -> tuple[str, str]:

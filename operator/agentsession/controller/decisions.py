@@ -9,13 +9,14 @@ of the code that makes them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from agentsession.agentctl_api import StartRequest, StatusResponse
 from agentsession.api.manifest import Manifest
-from agentsession.api.models import AgentSessionSpec, AgentSessionStatus
+from agentsession.api.models import AgentSessionSpec, AgentSessionStatus, StartupTimings
+from agentsession.api.session_ref import SessionRef
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.durations import parse_duration
 from agentsession.controller.idle import seconds_until_idle
@@ -27,6 +28,7 @@ from agentsession.controller.pod_builder import (
     build_workspace_claim,
     drain_timeout,
 )
+from agentsession.controller.pool_builder import claim_target, claimable, created_at
 from agentsession.controller.rejections import retry_after
 from agentsession.controller.status_mapper import Observation, start_due
 from agentsession.kube.views import PodView, SessionView
@@ -50,6 +52,17 @@ class Observed:
     probe_message: str | None = None  # the kubelet's latest readiness failure of the running agentctl
     activity: StatusResponse | None = None  # agentctl's report, read for lifecycle.idleTimeout
     activity_error: str | None = None  # why that report could not be read
+    # The pods of spec.poolRef's pool, read when the session may claim one (its first start).
+    pool_members: tuple[Manifest, ...] = ()
+    # A pod this session claimed whose claim was not recorded (the operator stopped in between): its pool and the
+    # pod's stem.
+    unrecorded_claim: tuple[str, str] | None = None
+
+    @property
+    def ref(self) -> SessionRef:
+        """The session's identity, with the stem of its children's names (a claim not recorded yet included)."""
+        ref = self.session.ref
+        return replace(ref, stem=self.unrecorded_claim[1]) if self.unrecorded_claim else ref
 
 
 # --- actions, executed in the order of the plan ---
@@ -112,7 +125,25 @@ class PostEvent:
     event: Event
 
 
-Action = CreateChild | Drain | DeletePod | DeferRestart | Suspend | StartAcp | PostEvent
+@dataclass(frozen=True)
+class ClaimPod:
+    """Takes one of the pool's warm pods, the first that another session does not take first: the pod moves to
+    the session in one conditional write, then its token Secret and workspace claim follow."""
+
+    pool: str
+    candidates: tuple[tuple[Manifest, Manifest], ...]  # (a warm pod, the pod the session runs in its place)
+
+
+@dataclass(frozen=True)
+class AdoptChildren:
+    """Finishes a claim the operator was stopped in the middle of: the pod is the session's, its children follow."""
+
+    pool: str
+
+
+Action = (
+    CreateChild | Drain | DeletePod | DeferRestart | Suspend | StartAcp | PostEvent | ClaimPod | AdoptChildren
+)
 
 
 @dataclass(frozen=True)
@@ -122,6 +153,8 @@ class Plan:
     spec_error: str | None = None
     # When to look at agentctl's activity again, if the session is Ready by the end of the reconcile.
     idle_recheck: float | None = None
+    # How the session's first pod comes, when this reconcile decides it (status.startup).
+    start: StartupTimings | None = None
 
 
 def observation(observed: Observed, config: OperatorConfig, **changes: Any) -> Observation:
@@ -145,8 +178,19 @@ def decide(observed: Observed, config: OperatorConfig, new_token: Callable[[], s
     if observed.session.deleting:
         # Children go with their owner (garbage collection); nothing is created for a session on its way out.
         return Plan(())
-    session, spec = observed.session.ref, observed.spec
+    session, spec = observed.ref, observed.spec
+    if observed.unrecorded_claim is not None:
+        pool, member = observed.unrecorded_claim
+        return Plan((AdoptChildren(pool),), start=_claimed(pool, member))
+    start = None
+    if observed.spec_error is None and _first_start(observed):
+        taken = _claim(observed, config)
+        if isinstance(taken, ClaimPod):
+            return Plan((taken,))
+        start = taken
     actions: list[Action] = []
+    if start is not None and start.reason is not None:
+        actions.append(PostEvent(Event("Normal", start.reason, start.message or "")))
     if observed.token is None:
         actions.append(CreateChild(build_token_secret(session, new_token())))
     try:
@@ -163,17 +207,58 @@ def decide(observed: Observed, config: OperatorConfig, new_token: Callable[[], s
         actions.extend(_acp_actions(observed, config))
         idle, idle_recheck = _idle(observed)
         actions.extend(idle)
-    return Plan(tuple(actions), idle_recheck=idle_recheck)
+    return Plan(tuple(actions), idle_recheck=idle_recheck, start=start)
+
+
+def _first_start(observed: Observed) -> bool:
+    """The session's first pod is due: how it comes (claimed or cold) is decided now, once."""
+    startup = observed.session.status.startup
+    return (
+        observed.pod is None
+        and not observed.spec.suspend
+        and not observed.session.status.podsCreated
+        and (startup is None or startup.source is None)
+    )
+
+
+def _claimed(pool: str, member: str) -> StartupTimings:
+    return StartupTimings(source="Claimed", pool=pool, member=member)
+
+
+def _claim(observed: Observed, config: OperatorConfig) -> ClaimPod | StartupTimings:
+    """A claim of one of the pool's warm pods that has the session's pod shape, oldest first; else a cold start
+    and why."""
+    ref = observed.spec.poolRef
+    if ref is None:
+        return StartupTimings(source="Cold")
+    session, spec = observed.ref, observed.spec
+    ready = sorted((p for p in observed.pool_members if claimable(p)), key=created_at)
+    candidates = tuple(
+        (pod, desired) for pod in ready if (desired := claim_target(session, spec, pod, config)) is not None
+    )
+    if candidates:
+        return ClaimPod(ref.name, candidates)
+    if ready:
+        reason, message = (
+            "PoolTemplateMismatch",
+            f"the warm pods of pool {ref.name} are not the pod this session asks for (its agent, agentctl, "
+            "workspace, cwd, lifecycle and podTemplate must equal the pool's template); started cold",
+        )
+    elif observed.pool_members:
+        reason, message = "PoolNotReady", f"no warm pod of pool {ref.name} is ready yet; started cold"
+    else:
+        reason, message = "PoolEmpty", f"pool {ref.name} has no warm pod (does it exist?); started cold"
+    return StartupTimings(source="Cold", pool=ref.name, reason=reason, message=message)
 
 
 def _touches_pod(action: Action) -> bool:
     if isinstance(action, CreateChild):
         return action.manifest.get("kind") == "Pod"
-    return isinstance(action, DeletePod | Suspend)
+    return isinstance(action, DeletePod | Suspend | ClaimPod | AdoptChildren)
 
 
 def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
-    session, spec, previous = observed.session.ref, observed.spec, observed.session.status
+    session, spec, previous = observed.ref, observed.spec, observed.session.status
     raw = observed.pod
     pod = PodView(raw) if raw is not None else None
     if pod is not None and not pod.owned_by(session.uid):

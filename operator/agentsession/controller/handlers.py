@@ -18,9 +18,18 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentsession.agentctl_client import http_connector
-from agentsession.api.constants import GROUP, LABEL_SESSION, PLURAL, VERSION
+from agentsession.api.constants import (
+    GROUP,
+    LABEL_CLAIMED_FROM,
+    LABEL_POOL,
+    LABEL_SESSION,
+    PLURAL,
+    POOL_PLURAL,
+    VERSION,
+)
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
+from agentsession.controller.pool_reconciler import PoolReconciler
 from agentsession.controller.reconciler import Reconciler
 from agentsession.controller.watch_health import WatchHealth
 from agentsession.controller.work_queue import WorkQueue
@@ -38,6 +47,9 @@ def _served(namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
 
 SESSIONS: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL, "when": _served}
 SESSION_PODS: dict[str, Any] = {"labels": {LABEL_SESSION: kopf.PRESENT}, "when": _served}
+POOL_PODS: dict[str, Any] = {"labels": {LABEL_POOL: kopf.PRESENT}, "when": _served}
+CLAIMED_PODS: dict[str, Any] = {"labels": {LABEL_CLAIMED_FROM: kopf.PRESENT}, "when": _served}
+POOLS: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": POOL_PLURAL, "when": _served}
 FINALIZER = f"{GROUP}/finalizer"
 log = logging.getLogger(__name__)
 
@@ -48,6 +60,7 @@ class OperatorState:
     kube: Kube
     http: aiohttp.ClientSession
     queue: WorkQueue
+    pool_queue: WorkQueue
     watch_health: WatchHealth
     metrics_runner: web.AppRunner | None
 
@@ -96,14 +109,35 @@ async def _serve_metrics(config: OperatorConfig) -> web.AppRunner | None:
 
 
 @kopf.index("pods", **SESSION_PODS)
-def pods_by_name(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any]:
-    return {(namespace or "", name): copy.deepcopy(dict(body))}
+def session_pods(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], Any]:
+    return {(namespace or "", labels[LABEL_SESSION]): copy.deepcopy(dict(body))}
+
+
+@kopf.index("pods", **POOL_PODS)
+def pool_pods(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], Any]:
+    return {(namespace or "", labels[LABEL_POOL]): copy.deepcopy(dict(body))}
+
+
+@kopf.index("pods", **CLAIMED_PODS)
+def claimed_pods(
+    namespace: str | None, name: str, labels: kopf.Labels, **_: Any
+) -> dict[tuple[str, str], Any]:
+    # Only counted (a pool's status.claimed): the name is enough.
+    return {(namespace or "", labels[LABEL_CLAIMED_FROM]): {"metadata": {"name": name}}}
 
 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     # kopf passes every index to every handler by its name; the reconciler reads pods from this one.
-    pods: kopf.Index[tuple[str, str], Any] = kwargs["pods_by_name"]
+    indexes: dict[str, kopf.Index[tuple[str, str], Any]] = {
+        LABEL_SESSION: kwargs["session_pods"],
+        LABEL_POOL: kwargs["pool_pods"],
+        LABEL_CLAIMED_FROM: kwargs["claimed_pods"],
+    }
     config: OperatorConfig = memo["config"]
     configure_settings(settings, config)
     kube = await connect()
@@ -114,16 +148,17 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
 
     agentctl = http_connector(http, timeout=config.start_timeout_seconds, on_call=observe_call)
 
-    def pod_lookup(namespace: str, name: str) -> dict[str, Any] | None:
-        found = pods.get((namespace, name))
-        return next(iter(found), None) if found else None
+    def pod_lookup(namespace: str, label: str, value: str) -> list[dict[str, Any]]:
+        return list(indexes[label].get((namespace, value), []))
 
     reconciler = Reconciler(config, kube, agentctl, pod_lookup)
+    pools = PoolReconciler(config, kube, pod_lookup)
     memo["state"] = OperatorState(
         config=config,
         kube=kube,
         http=http,
         queue=WorkQueue(reconciler.reconcile, config.max_concurrent_reconciles),
+        pool_queue=WorkQueue(pools.reconcile, config.max_concurrent_reconciles),
         watch_health=WatchHealth(config.watch_stall_seconds),
         metrics_runner=await _serve_metrics(config),
     )
@@ -133,6 +168,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
 async def stop(memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
     await state.queue.shutdown()
+    await state.pool_queue.shutdown()
     await state.http.close()
     await state.kube.close()
     if state.metrics_runner is not None:
@@ -161,6 +197,24 @@ async def session_seen(namespace: str | None, name: str, meta: kopf.Meta, memo: 
 @kopf.on.event("pods", **SESSION_PODS)
 async def pod_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     _state(memo).queue.trigger((namespace or "", labels[LABEL_SESSION]))
+
+
+@kopf.on.resume(**POOLS)
+@kopf.on.create(**POOLS)
+@kopf.on.update(**POOLS)
+async def pool_changed(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    _state(memo).pool_queue.trigger((namespace or "", name))
+
+
+@kopf.on.event("pods", **POOL_PODS)
+async def pool_pod_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    _state(memo).pool_queue.trigger((namespace or "", labels[LABEL_POOL]))
+
+
+@kopf.on.event("pods", **CLAIMED_PODS)
+async def claimed_pod_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    # A claim takes a pod out of its pool: the pool refills and counts it.
+    _state(memo).pool_queue.trigger((namespace or "", labels[LABEL_CLAIMED_FROM]))
 
 
 def _watched(namespace: str, patterns: list[str]) -> bool:

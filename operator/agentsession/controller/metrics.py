@@ -30,3 +30,23 @@ AGENTCTL_CALL_SECONDS = Histogram(
     "agentsession_agentctl_call_duration_seconds", "Latency of calls to agentctl.", ["call", "outcome"]
 )
 EVENTS_POSTED = Counter("agentsession_events_total", "Kubernetes Events posted, by type.", ["type"])
+POOL_CLAIMS = Counter("agentsession_pool_claims_total", "Warm pods claimed by sessions, by pool.", ["pool"])
+POOL_CLAIM_CONFLICTS = Counter(
+    "agentsession_pool_claim_conflicts_total",
+    "Claims of a warm pod that another session took first, by pool.",
+    ["pool"],
+)
+POOL_MISSES = Counter(
+    "agentsession_pool_misses_total",
+    "Sessions with spec.poolRef that started cold, by pool and reason.",
+    ["pool", "reason"],
+)
+POOL_PODS = Gauge(
+    "agentsession_pool_pods", "Warm pods of each pool, by state (ready, starting).", ["pool", "state"]
+)
+POOL_REFILL_SECONDS = Histogram(
+    "agentsession_pool_refill_seconds",
+    "Seconds from a warm pod's creation to its Ready: how long a pool takes to refill.",
+    ["pool"],
+    buckets=STAGE_BUCKETS,
+)

@@ -22,13 +22,16 @@ from agentsession.api.constants import (
     AGENTCTL_CONTAINER,
     DEFAULT_DRAIN_SECONDS,
     FIFO_DIR,
+    LABEL_CLAIMED_FROM,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_PART_OF,
+    LABEL_POOL,
     LABEL_SESSION,
     MANAGER,
+    SHAPE_HASH_ANNOTATION,
     STOP_REQUEST_FILE,
     STOPPED_FILE,
     TOKEN_KEY,
@@ -148,7 +151,7 @@ def build_token_secret(session: SessionRef, token: str) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(session, token_secret_name(session.name), "agentctl-token"),
+        "metadata": _metadata(session, token_secret_name(session.children), "agentctl-token"),
         "type": "Opaque",
         "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }
@@ -167,7 +170,7 @@ def build_workspace_claim(session: SessionRef, spec: AgentSessionSpec) -> Manife
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(session, workspace_claim_name(session.name), "workspace"),
+        "metadata": _metadata(session, workspace_claim_name(session.children), "workspace"),
         "spec": claim_spec,
     }
 
@@ -343,7 +346,7 @@ def _workspace_volume(session: SessionRef, spec: AgentSessionSpec) -> Manifest:
     if spec.workspace is not None and spec.workspace.size is not None:
         return {
             "name": WORKSPACE_VOLUME,
-            "persistentVolumeClaim": {"claimName": workspace_claim_name(session.name)},
+            "persistentVolumeClaim": {"claimName": workspace_claim_name(session.children)},
         }
     return {"name": WORKSPACE_VOLUME, "emptyDir": {}}
 
@@ -384,7 +387,9 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "env": [
             {
                 "name": TOKEN_ENV,
-                "valueFrom": {"secretKeyRef": {"name": token_secret_name(session.name), "key": TOKEN_KEY}},
+                "valueFrom": {
+                    "secretKeyRef": {"name": token_secret_name(session.children), "key": TOKEN_KEY}
+                },
             },
             {"name": "HOME", "value": "/tmp"},
         ],
@@ -478,13 +483,30 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             if field in overrides:
                 pod_spec[field] = overrides[field]
 
-    metadata = _metadata(session, pod_name(session.name), "agent")
+    metadata = _metadata(session, pod_name(session.children), "agent")
     if template and template.labels:
         # The operator's own labels win: the pod → session mapping depends on them.
         metadata["labels"] = {**template.labels, **metadata["labels"]}
     metadata["annotations"] = {**(template.annotations or {} if template else {})}
     metadata["annotations"][SPEC_HASH_ANNOTATION] = pod_spec_hash(pod_spec, metadata)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+# Labels that say whose a pod is, not what it is: a pool's pod and the session that claims it differ only there.
+IDENTITY_LABELS = frozenset({LABEL_SESSION, LABEL_INSTANCE, LABEL_POOL, LABEL_CLAIMED_FROM})
+
+
+def shape_hash(pod: Manifest) -> str:
+    """A digest of the pod without whose it is: equal for a pool's pod and the pod a session would get in its
+    place, which is what a claim checks."""
+    metadata = pod["metadata"]
+    labels = {k: v for k, v in metadata.get("labels", {}).items() if k not in IDENTITY_LABELS}
+    annotations = {
+        k: v
+        for k, v in metadata.get("annotations", {}).items()
+        if k not in (SPEC_HASH_ANNOTATION, SHAPE_HASH_ANNOTATION)
+    }
+    return pod_spec_hash(pod["spec"], {"labels": labels, "annotations": annotations})
 
 
 def pod_spec_hash(pod_spec: Manifest, metadata: Manifest) -> str:

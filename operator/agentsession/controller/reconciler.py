@@ -17,12 +17,30 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from agentsession.agentctl_client import AgentctlConnector, AgentctlError
-from agentsession.api.constants import AGENTCTL_CONTAINER, MANAGER, pod_name
+from agentsession.api.constants import (
+    AGENTCTL_CONTAINER,
+    LABEL_CLAIMED_FROM,
+    LABEL_POOL,
+    LABEL_SESSION,
+    MANAGER,
+    pod_name,
+    token_secret_name,
+    workspace_claim_name,
+)
 from agentsession.api.manifest import Manifest
-from agentsession.api.models import AcpStatus, AgentSessionSpec, AgentSessionStatus, ConditionType, Phase
+from agentsession.api.models import (
+    AcpStatus,
+    AgentSessionSpec,
+    AgentSessionStatus,
+    ConditionType,
+    Phase,
+    StartupTimings,
+)
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import (
+    AdoptChildren,
+    ClaimPod,
     CreateChild,
     DeferRestart,
     DeletePod,
@@ -38,6 +56,7 @@ from agentsession.controller.decisions import (
     requeue_after,
     wants_activity,
 )
+from agentsession.controller.pool_builder import adopt_patch, claim_patch, stem_of
 from agentsession.controller.rejections import Rejection, rejection
 from agentsession.controller.status_mapper import (
     agentctl_restart_count,
@@ -48,12 +67,14 @@ from agentsession.controller.status_mapper import (
 from agentsession.controller.transitions import drain_event, status_events
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
-from agentsession.kube.ops import create_or_read, post_event, read_session_token
-from agentsession.kube.resources import AGENT_SESSIONS, EVENTS, PODS
+from agentsession.kube.ops import create_or_read, post_event, read_token
+from agentsession.kube.resources import AGENT_SESSIONS, CLAIMS, EVENTS, PODS, SECRETS
 from agentsession.kube.views import EventView, PodView, SessionView
 
-PodLookup = Callable[[str, str], Manifest | None]
+# The pods of a namespace that carry a label with a value, from the operator's watch (kopf's indexes).
+PodLookup = Callable[[str, str, str], list[Manifest]]
 log = logging.getLogger(__name__)
+CLAIM_RETRY_SECONDS = 0.2
 
 STAGES: tuple[tuple[ConditionType, str], ...] = (
     ("PodScheduled", "scheduled"),
@@ -76,6 +97,12 @@ class Outcome:
     acp: AcpStatus | None
     rejection: Rejection | None = None
     restart_pending: str | None = None
+    start: StartupTimings | None = None
+
+
+def _claimed_by(pod: Manifest, uid: str) -> bool:
+    view = PodView(pod)
+    return LABEL_CLAIMED_FROM in view.labels and view.owned_by(uid)
 
 
 class Reconciler:
@@ -116,6 +143,8 @@ class Reconciler:
             self._tokens.pop((namespace, name), None)
             return None
         plan = decide(observed, self._config, self._new_token)
+        if plan.start is not None and plan.start.pool and plan.start.reason:
+            metrics.POOL_MISSES.labels(pool=plan.start.pool, reason=plan.start.reason).inc()
         written = observed.session.status
 
         async def report(outcome: Outcome) -> AgentSessionStatus:
@@ -127,6 +156,9 @@ class Reconciler:
 
         outcome = await self._act(observed, plan, report)
         status = await report(outcome)
+        if any(isinstance(a, ClaimPod) for a in plan.actions) and outcome.start is None:
+            # Every candidate was taken first; once the watch shows that, the next reconcile decides again.
+            return CLAIM_RETRY_SECONDS
         return requeue_after(
             plan, outcome.rejection is not None, observed.session.status, status, observed.now, self._config
         )
@@ -145,6 +177,7 @@ class Reconciler:
                 spec_error=observed.spec_error or plan.spec_error,
                 rejection=outcome.rejection,
                 restart_pending=outcome.restart_pending,
+                start=outcome.start or plan.start,
             )
         )
 
@@ -160,9 +193,21 @@ class Reconciler:
             spec = AgentSessionSpec.model_validate(session.spec)
         except ValidationError as error:
             spec, spec_error = AgentSessionSpec(), _spec_problem(error)
-        pod = self._pod_lookup(namespace, pod_name(name))
-        token = None if session.deleting else await self._token(session)
-        observed = Observed(session, spec, spec_error, pod, token, self._clock())
+        pods = self._pod_lookup(namespace, LABEL_SESSION, name)
+        stem = session.ref.children
+        pod = next((p for p in pods if PodView(p).name == pod_name(stem)), None)
+        unrecorded: tuple[str, str] | None = None
+        if pod is None and stem == name:
+            # A pod claimed from a pool, the claim not yet in the status: the operator stopped in between.
+            pod = next((p for p in pods if _claimed_by(p, session.uid)), None)
+            if pod is not None:
+                stem = stem_of(pod)
+                unrecorded = (PodView(pod).labels[LABEL_CLAIMED_FROM], stem)
+        token = None if session.deleting else await self._token(session, stem)
+        observed = Observed(session, spec, spec_error, pod, token, self._clock(), unrecorded_claim=unrecorded)
+        if spec.poolRef is not None and pod is None and not spec.suspend and not session.status.podsCreated:
+            members = self._pod_lookup(namespace, LABEL_POOL, spec.poolRef.name)
+            observed = replace(observed, pool_members=tuple(members))
         if pod is not None and (since := readiness_pending_since(pod)) is not None:
             # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
             # agentctl's own probe only: the agent container's says the agent has not answered yet.
@@ -183,11 +228,11 @@ class Reconciler:
                 observed = replace(observed, activity_error=str(error))
         return observed
 
-    async def _token(self, session: SessionView) -> str | None:
+    async def _token(self, session: SessionView, stem: str) -> str | None:
         cached = self._tokens.get(session.key)
         if cached is not None and cached[0] == session.uid:
             return cached[1]
-        token = await read_session_token(self._kube, session.namespace, session.name)
+        token = await read_token(self._kube, session.namespace, stem)
         if token is not None:
             self._tokens[session.key] = (session.uid, token)
         return token
@@ -239,7 +284,48 @@ class Reconciler:
                 outcome.restart_pending = action.message
             elif isinstance(action, PostEvent):
                 await self._event(session, action.event)
+            elif isinstance(action, ClaimPod):
+                await self._claim(observed, action, outcome)
+            elif isinstance(action, AdoptChildren):
+                await self._adopt(observed, action.pool)
         return outcome
+
+    async def _claim(self, observed: Observed, action: ClaimPod, outcome: Outcome) -> None:
+        """Tries the candidates in order; a pod another session took first (a Conflict) is skipped. When all are
+        taken, the next reconcile (the pool's pods changed) decides again: another claim or a cold start."""
+        session = observed.ref
+        for pod, desired in action.candidates:
+            name = PodView(pod).name
+            try:
+                claimed = await self._kube.patch(
+                    PODS, session.namespace, name, claim_patch(pod, desired, session, action.pool)
+                )
+            except (Conflict, NotFound):
+                metrics.POOL_CLAIM_CONFLICTS.labels(pool=action.pool).inc()
+                continue
+            stem = stem_of(claimed)
+            await self._adopt(replace(observed, unrecorded_claim=(action.pool, stem)), action.pool)
+            outcome.pod = claimed
+            outcome.start = StartupTimings(source="Claimed", pool=action.pool, member=stem)
+            metrics.POOL_CLAIMS.labels(pool=action.pool).inc()
+            await self._event(
+                observed.session,
+                Event("Normal", "PodClaimed", f"claimed warm pod {name} of pool {action.pool}"),
+            )
+            return
+        log.info("every warm pod of pool %s that %s/%s could take was taken first", action.pool, *session.key)
+
+    async def _adopt(self, observed: Observed, pool: str) -> None:
+        """The claimed pod's token Secret and workspace claim become the session's, so deleting the pool (which
+        owns what it has not given away) leaves them."""
+        session = observed.ref
+        patch = adopt_patch(session, pool)
+        for resource, name in (
+            (SECRETS, token_secret_name(session.children)),
+            (CLAIMS, workspace_claim_name(session.children)),
+        ):
+            with contextlib.suppress(NotFound):
+                await self._kube.patch(resource, session.namespace, name, patch)
 
     async def _start_acp(self, observed: Observed, action: StartAcp) -> AcpStatus:
         """Calls agentctl's start; the result (or the error) is recorded for this pod and agentctl restart."""

@@ -74,6 +74,8 @@ class Observation:
     rejection: Rejection | None = None
     # Why the pod is not replaced yet although its template changed (a turn runs); shown as RestartPending.
     restart_pending: str | None = None
+    # How the first pod came, when this reconcile decided it; otherwise the previous status says.
+    start: StartupTimings | None = None
 
 
 @dataclass(frozen=True)
@@ -331,9 +333,14 @@ def _seconds_between(start: datetime | None, end: datetime | None) -> float | No
     return round((end - start).total_seconds(), 3) if start and end else None
 
 
+_START_FIELDS = {"source", "pool", "member", "reason", "message"}
+
+
 def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation) -> StartupTimings | None:
+    known = obs.start or obs.previous.startup
+    start = known.model_dump(include=_START_FIELDS, exclude_none=True) if known is not None else {}
     if pod is None:
-        return None
+        return StartupTimings(**start) if start else None
     created = _parse_time(pod["metadata"].get("creationTimestamp"))
     by_type = {c.type: c for c in conditions}
 
@@ -344,6 +351,7 @@ def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation
     acp = obs.previous.acp
     initialized = acp.initializedTime if acp and acp.podUID == pod["metadata"].get("uid") else None
     return StartupTimings(
+        **start,
         scheduledSeconds=_seconds_between(created, when_true("PodScheduled")),
         agentctlReadySeconds=_seconds_between(created, when_true("AgentctlReady")),
         initializedSeconds=_seconds_between(

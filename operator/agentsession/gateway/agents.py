@@ -32,7 +32,7 @@ from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateSt
 from agentsession.gateway.watch_cache import Key, SessionCache
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError
-from agentsession.kube.ops import read_session_token
+from agentsession.kube.ops import read_token
 from agentsession.kube.resources import AGENT_SESSIONS
 from agentsession.kube.views import SessionView
 from agentsession.tasks import Supervisor
@@ -225,10 +225,10 @@ class AgentRegistry:
                 return
             await self._stop_streams(rt)
             rt.endpoint_key = None
-            if wanted is None or endpoint is None:
+            if wanted is None or endpoint is None or session is None:
                 return
             try:
-                token = await self._token(rt.key)
+                token = await self._token(session)
             except (KubeError, OSError, ValueError) as exc:
                 log.warning("cannot read the agentctl token of %s: %s", rt.id, exc)
                 self._tasks.spawn(self._retry_converge(rt), f"follow {rt.id} again")
@@ -266,10 +266,10 @@ class AgentRegistry:
         async with rt.lock:
             await self._stop_streams(rt)
 
-    async def _token(self, key: Key) -> str:
-        token = await read_session_token(self.kube, *key)
+    async def _token(self, session: SessionView) -> str:
+        token = await read_token(self.kube, session.namespace, session.ref.children)
         if not token:
-            raise KubeError(f"the agentctl token Secret of {agent_id(*key)} does not exist (yet)")
+            raise KubeError(f"the agentctl token Secret of {agent_id(*session.key)} does not exist (yet)")
         return token
 
     # --- upstream events ---

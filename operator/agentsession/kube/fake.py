@@ -192,6 +192,13 @@ class FakeKube:
             raise error_from_status(
                 what, 404, "NotFound", f'{resource.plural} "{name}" not found', resource.kind
             )
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != current["metadata"].get("resourceVersion"):
+            # As the API server does: a resourceVersion in the patch is a precondition.
+            message = (
+                f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has been modified'
+            )
+            raise error_from_status(what, 409, "Conflict", message, resource.kind)
         if status:
             updated = {**current, "status": merge_patch(current.get("status"), patch.get("status"))}
         else:

@@ -70,9 +70,10 @@ def decode_token(secret: Manifest) -> str:
     return base64.b64decode((secret.get("data") or {}).get(TOKEN_KEY, "")).decode()
 
 
-async def read_session_token(kube: Kube, namespace: str, session: str) -> str | None:
-    """The bearer token of a session's agentctl, None while its Secret does not exist."""
+async def read_token(kube: Kube, namespace: str, stem: str) -> str | None:
+    """The bearer token of the agentctl whose children are named after `stem` (the session's name, or the pool
+    pod's it claimed: `SessionRef.children`), None while its Secret does not exist."""
     try:
-        return decode_token(await kube.get(SECRETS, namespace, token_secret_name(session)))
+        return decode_token(await kube.get(SECRETS, namespace, token_secret_name(stem)))
     except NotFound:
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentsession.api.constants import GROUP, KIND, PLURAL, VERSION
+from agentsession.api.constants import GROUP, KIND, PLURAL, POOL_KIND, POOL_PLURAL, VERSION
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Resource:
 
 
 AGENT_SESSIONS = Resource(KIND, PLURAL, GROUP, VERSION)
+AGENT_SESSION_POOLS = Resource(POOL_KIND, POOL_PLURAL, GROUP, VERSION)
 PODS = Resource("Pod", "pods")
 SECRETS = Resource("Secret", "secrets")
 CLAIMS = Resource("PersistentVolumeClaim", "persistentvolumeclaims")
@@ -36,7 +37,17 @@ ACCESS_REVIEWS = Resource(
 )
 
 BY_KIND: dict[str, Resource] = {
-    r.kind: r for r in (AGENT_SESSIONS, PODS, SECRETS, CLAIMS, EVENTS, TOKEN_REVIEWS, ACCESS_REVIEWS)
+    r.kind: r
+    for r in (
+        AGENT_SESSIONS,
+        AGENT_SESSION_POOLS,
+        PODS,
+        SECRETS,
+        CLAIMS,
+        EVENTS,
+        TOKEN_REVIEWS,
+        ACCESS_REVIEWS,
+    )
 }
 
 

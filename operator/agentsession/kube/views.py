@@ -52,6 +52,10 @@ class _Meta:
         value = (self.meta.get("annotations") or {}).get(key)
         return str(value) if value is not None else None
 
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self.meta.get("labels") or {})
+
 
 class SessionView(_Meta):
     """An AgentSession as its readers see it: identity, the raw spec, and the status as the typed model."""
@@ -67,7 +71,9 @@ class SessionView(_Meta):
 
     @property
     def ref(self) -> SessionRef:
-        return SessionRef(self.namespace, self.name, self.uid, self.generation)
+        startup = self.status.startup
+        stem = startup.member if startup is not None and startup.member else ""
+        return SessionRef(self.namespace, self.name, self.uid, self.generation, stem)
 
     @property
     def spec(self) -> Manifest:

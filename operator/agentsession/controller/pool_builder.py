@@ -1,0 +1,165 @@
+"""Pool → its warm pods, and which of them a session may claim. Pure functions.
+
+A pool's pod ("member") is the pod a session with the pool's template would get, built by the same pod builder,
+with the pool as its owner and labels that name the pool instead of a session. Its children (token Secret,
+workspace claim) are named after the member's stem, `<pool>-<suffix>`, as a session's are after its name; a session
+that claims the member keeps that stem (status.startup.member) for every pod it runs later.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from dataclasses import dataclass
+
+from agentsession.api.constants import (
+    API_VERSION,
+    LABEL_CLAIMED_FROM,
+    LABEL_INSTANCE,
+    LABEL_POOL,
+    LABEL_SESSION,
+    MEMBER_SUFFIX_LENGTH,
+    POOL_KIND,
+    SHAPE_HASH_ANNOTATION,
+)
+from agentsession.api.manifest import Manifest
+from agentsession.api.models import AgentSessionSpec, PoolTemplate
+from agentsession.api.session_ref import SessionRef
+from agentsession.controller.config import OperatorConfig
+from agentsession.controller.pod_builder import (
+    SPEC_HASH_ANNOTATION,
+    SpecError,
+    build_pod,
+    build_token_secret,
+    build_workspace_claim,
+    shape_hash,
+)
+from agentsession.kube.views import PodView
+
+_ALPHABET = string.ascii_lowercase + string.digits
+
+
+@dataclass(frozen=True)
+class PoolRef:
+    namespace: str
+    name: str
+    uid: str
+
+    def owner_reference(self) -> Manifest:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": POOL_KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def new_stem(pool: str) -> str:
+    return f"{pool}-{''.join(secrets.choice(_ALPHABET) for _ in range(MEMBER_SUFFIX_LENGTH))}"
+
+
+def stem_of(pod: Manifest) -> str:
+    """A member pod's stem: its name without the pod suffix."""
+    name = str(pod["metadata"]["name"])
+    return name.removesuffix("-agent")
+
+
+def _as_member(obj: Manifest, pool: PoolRef) -> Manifest:
+    metadata = obj["metadata"]
+    labels = {k: v for k, v in metadata.get("labels", {}).items() if k != LABEL_SESSION}
+    metadata["labels"] = {**labels, LABEL_INSTANCE: pool.name, LABEL_POOL: pool.name}
+    metadata["ownerReferences"] = [pool.owner_reference()]
+    return obj
+
+
+def build_member(
+    pool: PoolRef, stem: str, template: PoolTemplate, config: OperatorConfig, token: str
+) -> list[Manifest]:
+    """The children of one warm pod, in creation order: token Secret, workspace claim (if any), Pod."""
+    spec = template.session_spec()
+    ref = SessionRef(pool.namespace, stem, pool.uid, stem=stem)
+    children = [_as_member(build_token_secret(ref, token), pool)]
+    claim = build_workspace_claim(ref, spec)
+    if claim is not None:
+        children.append(_as_member(claim, pool))
+    pod = _as_member(build_pod(ref, spec, config), pool)
+    annotations = pod["metadata"]["annotations"]
+    annotations.pop(SPEC_HASH_ANNOTATION, None)
+    annotations[SHAPE_HASH_ANNOTATION] = shape_hash(pod)
+    children.append(pod)
+    return children
+
+
+def member_current(pod: Manifest, template: PoolTemplate, pool: PoolRef, config: OperatorConfig) -> bool:
+    """Whether a member was built from the pool's template as it is now."""
+    ref = SessionRef(pool.namespace, stem_of(pod), pool.uid, stem=stem_of(pod))
+    try:
+        wanted = shape_hash(build_pod(ref, template.session_spec(), config))
+    except SpecError:
+        return False
+    return PodView(pod).annotation(SHAPE_HASH_ANNOTATION) == wanted
+
+
+def claimable(pod: Manifest) -> bool:
+    """A warm pod a session may take now: Ready (agentctl up, the agent initialized) and not on its way out."""
+    view = PodView(pod)
+    return not view.deleting and LABEL_POOL in view.labels and _ready(pod)
+
+
+def claim_target(
+    session: SessionRef, spec: AgentSessionSpec, pod: Manifest, config: OperatorConfig
+) -> Manifest | None:
+    """The pod the session would run under the member's stem, if the member has its shape; else None."""
+    stem = stem_of(pod)
+    desired = build_pod(
+        SessionRef(session.namespace, session.name, session.uid, session.generation, stem), spec, config
+    )
+    return desired if shape_hash(desired) == PodView(pod).annotation(SHAPE_HASH_ANNOTATION) else None
+
+
+def claim_patch(pod: Manifest, desired: Manifest, session: SessionRef, pool: str) -> Manifest:
+    """Moves a member to the session in one write: labels, owner and the spec hash the session's pod has. The
+    resourceVersion makes it conditional, so of two sessions that race for one pod exactly one wins."""
+    labels: dict[str, str | None] = dict(desired["metadata"]["labels"])
+    labels[LABEL_POOL] = None
+    labels[LABEL_CLAIMED_FROM] = pool
+    return {
+        "metadata": {
+            "resourceVersion": pod["metadata"]["resourceVersion"],
+            "labels": labels,
+            "ownerReferences": [session.owner_reference()],
+            "annotations": {SPEC_HASH_ANNOTATION: desired["metadata"]["annotations"][SPEC_HASH_ANNOTATION]},
+        }
+    }
+
+
+def adopt_patch(session: SessionRef, pool: str) -> Manifest:
+    """The same move for the member's token Secret and workspace claim (no race left to lose by then)."""
+    return {
+        "metadata": {
+            "labels": {LABEL_SESSION: session.name, LABEL_INSTANCE: session.name, LABEL_POOL: None,
+                       LABEL_CLAIMED_FROM: pool},
+            "ownerReferences": [session.owner_reference()],
+        }
+    }  # fmt: skip
+
+
+def _ready(pod: Manifest) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def surplus(current: list[Manifest], target: int) -> list[Manifest]:
+    """The members to remove to come down to `target`: those still starting first, then the newest."""
+    if len(current) <= target:
+        return []
+    # Newest first within each group: the oldest ready pods have shown that they work.
+    newest_first = sorted(current, key=created_at, reverse=True)
+    order = [p for p in newest_first if not _ready(p)] + [p for p in newest_first if _ready(p)]
+    return order[: len(current) - target]
+
+
+def created_at(pod: Manifest) -> tuple[str, str]:
+    return (str(pod["metadata"].get("creationTimestamp") or ""), str(pod["metadata"]["name"]))

@@ -270,11 +270,18 @@ def test_failing_readiness_probe_reports_not_ready(
     # The server listens on 8080; the probe asks 8081, where nothing answers.
     core.create_namespaced_pod(namespace, _sidecar_pod("sidecar-bad", project_image, probe_port=8081))
 
-    def probe_failed() -> bool:
+    def probe_failed() -> Any:
         events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=sidecar-bad").items
-        return any(e.reason == "Unhealthy" and "Readiness probe failed" in (e.message or "") for e in events)
+        return next(
+            (e for e in events if e.reason == "Unhealthy" and "Readiness probe failed" in (e.message or "")),
+            None,
+        )
 
-    wait_until("an Unhealthy event from the kubelet's readiness probe", probe_failed, timeout=POD_TIMEOUT)
+    event = wait_until(
+        "an Unhealthy event from the kubelet's readiness probe", probe_failed, timeout=POD_TIMEOUT
+    )
+    # The operator selects agentctl's probe failures by this path, apart from the agent container's.
+    assert event.involved_object.field_path == "spec.initContainers{sidecar}"
     pod = core.read_namespaced_pod("sidecar-bad", namespace)
     status = _sidecar_status(pod)
     assert status is not None

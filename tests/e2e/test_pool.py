@@ -9,55 +9,10 @@ from typing import Any
 
 import pytest
 from tests.conftest import wait_until
-from tests.support.kube import Sessions
+from tests.support.kube import Pools, Sessions
 from tests.support.processes import OperatorProcess
 
-from agentsession.api.constants import GROUP, LABEL_CLAIMED_FROM, LABEL_POOL, POOL_PLURAL, VERSION
-
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
-
-
-class Pools:
-    def __init__(self, kube_api: Any, namespace: str) -> None:
-        from kubernetes import client
-
-        self.custom = client.CustomObjectsApi(kube_api)
-        self.core = client.CoreV1Api(kube_api)
-        self.namespace = namespace
-
-    def create(self, name: str, **spec: Any) -> None:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentSessionPool",
-                "metadata": {"name": name}, "spec": {"template": {"agent": {"type": "demo"}}, **spec}}  # fmt: skip
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, POOL_PLURAL, body)
-
-    def patch(self, name: str, spec: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, POOL_PLURAL, name, {"spec": spec}
-        )
-
-    def delete(self, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, POOL_PLURAL, name)
-
-    def status(self, name: str) -> dict[str, Any]:
-        pool = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, POOL_PLURAL, name)
-        status: dict[str, Any] = pool.get("status") or {}
-        return status
-
-    def warm(self, name: str) -> list[Any]:
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_POOL}={name}").items
-        return [p for p in pods if p.metadata.deletion_timestamp is None]
-
-    def claimed(self, name: str) -> list[Any]:
-        return self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"{LABEL_CLAIMED_FROM}={name}"
-        ).items
-
-    async def until_ready(self, name: str, ready: int) -> None:
-        def settled() -> bool:
-            status = self.status(name)
-            return status.get("readyReplicas") == ready and len(self.warm(name)) == ready
-
-        await asyncio.to_thread(wait_until, f"pool {name} with {ready} ready", settled, 180)
 
 
 @pytest.fixture
@@ -136,3 +91,15 @@ async def test_a_pool_scales_down_and_up(
     await pools.until_ready("elastic", 0)
     pools.patch("elastic", {"replicas": 1})
     await pools.until_ready("elastic", 1)
+
+
+async def test_a_session_whose_pool_has_no_warm_pod_starts_cold_and_says_why(
+    node_operator: OperatorProcess, sessions: Sessions
+) -> None:
+    sessions.create("orphan", {"poolRef": {"name": "absent"}})
+    await sessions.until_ready("orphan")
+    found = startup(sessions, "orphan")
+    assert (found["source"], found["pool"], found["reason"]) == ("Cold", "absent", "PoolEmpty")
+    assert "pool absent has no warm pod" in found["message"]
+    assert sessions.pod("orphan").metadata.name == "orphan-agent"
+    assert any(e.reason == "PoolEmpty" for e in sessions.events("orphan"))

@@ -135,6 +135,8 @@ def test_probe_failure_shows_the_kubelet_reason(operator: OperatorProcess, sessi
                 "name": pod.metadata.name,
                 "namespace": sessions.namespace,
                 "uid": pod.metadata.uid,
+                # The kubelet names the container whose probe failed.
+                "fieldPath": "spec.initContainers{agentctl}",
             },
             "reason": "Unhealthy",
             "type": "Warning",

@@ -8,7 +8,15 @@ from typing import Any
 
 from kubernetes import client
 
-from agentsession.api.constants import GROUP, PLURAL, VERSION, token_secret_name
+from agentsession.api.constants import (
+    GROUP,
+    LABEL_CLAIMED_FROM,
+    LABEL_POOL,
+    PLURAL,
+    POOL_PLURAL,
+    VERSION,
+    token_secret_name,
+)
 from tests.conftest import wait_until
 
 NOWHERE = {"agentsession.dev/test-node": "none"}
@@ -139,3 +147,46 @@ class Sessions:
         """Marks the session's pod Failed, as the kubelet does on eviction or when activeDeadlineSeconds ends."""
         status = {"phase": "Failed", "reason": reason, "message": message}
         self.core.patch_namespaced_pod_status(f"{name}-agent", self.namespace, {"status": status})
+
+
+class Pools:
+    """AgentSessionPools (and their warm and claimed pods) in a test's namespace."""
+
+    def __init__(self, kube_api: Any, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(kube_api)
+        self.core = client.CoreV1Api(kube_api)
+        self.namespace = namespace
+
+    def create(self, name: str, **spec: Any) -> None:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentSessionPool",
+                "metadata": {"name": name}, "spec": {"template": {"agent": {"type": "demo"}}, **spec}}  # fmt: skip
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, POOL_PLURAL, body)
+
+    def patch(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, POOL_PLURAL, name, {"spec": spec}
+        )
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, POOL_PLURAL, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        pool = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, POOL_PLURAL, name)
+        status: dict[str, Any] = pool.get("status") or {}
+        return status
+
+    def warm(self, name: str) -> list[Any]:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_POOL}={name}").items
+        return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+    def claimed(self, name: str) -> list[Any]:
+        return self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"{LABEL_CLAIMED_FROM}={name}"
+        ).items
+
+    async def until_ready(self, name: str, ready: int) -> None:
+        def settled() -> bool:
+            status = self.status(name)
+            return status.get("readyReplicas") == ready and len(self.warm(name)) == ready
+
+        await asyncio.to_thread(wait_until, f"pool {name} with {ready} ready", settled, 180)

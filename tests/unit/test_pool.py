@@ -153,7 +153,7 @@ async def test_a_claim_cut_short_is_finished_by_the_next_reconcile() -> None:
     await world.kube.patch(
         PODS, NS, member["metadata"]["name"], claim_patch(member, desired, session.ref, POOL)
     )
-    await world.reconcile()
+    assert await world.reconcile() == CLAIM_RETRY_SECONDS, "no pod event follows: it asks to come back"
     stem = stem_of(member)
     assert world.status()["startup"] == {"source": "Claimed", "pool": POOL, "member": stem}
     secret = world.kube.find("Secret", NS, f"{stem}-agentctl-token")
@@ -208,3 +208,11 @@ async def test_a_pool_starts_a_few_pods_at_a_time() -> None:
     world.ready_all()
     await world.pools.reconcile(NS, POOL)
     assert len(world.members()) == 2 * REFILL_AT_ONCE
+
+
+async def test_a_never_refilled_pool_still_fills_up_a_few_at_a_time() -> None:
+    world = PoolWorld()
+    await world.make_pool(replicas=REFILL_AT_ONCE + 1, refillPolicy="Never")
+    world.ready_all()
+    await world.pools.reconcile(NS, POOL)
+    assert len(world.members()) == REFILL_AT_ONCE + 1

@@ -638,4 +638,6 @@ class AgentSessionPoolStatus(_Model):
     replicas: int = Field(default=0, ge=0, description="Warm pods that exist.")
     readyReplicas: int = Field(default=0, ge=0, description="Warm pods a session can claim now.")
     claimed: int = Field(default=0, ge=0, description="Pods of this pool that sessions hold now.")
-    observedGeneration: int | None = Field(default=None, ge=0)
+    observedGeneration: int | None = Field(
+        default=None, ge=0, description="The generation of the spec the pool was last filled for."
+    )

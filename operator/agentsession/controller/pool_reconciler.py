@@ -93,7 +93,8 @@ class PoolReconciler:
         ]
         current = [p for p in members if member_current(p, spec.template, pool, self._config)]
         outdated = [p for p in members if p not in current]
-        # With refillPolicy Never, claims shrink the pool; a new spec (replicas, template) fills it again.
+        # With refillPolicy Never, claims shrink the pool once it was full; a new spec (replicas, template) fills it
+        # again. observedGeneration is the generation the pool was last full for.
         refill = spec.refillPolicy == "Always" or previous.observedGeneration != generation
         target = spec.replicas if refill else min(spec.replicas, len(current))
         for pod in [*outdated, *surplus(current, target)]:
@@ -107,10 +108,11 @@ class PoolReconciler:
             log.warning("pool %s/%s: its template makes no pod: %s", namespace, name, error)
         except KubeError as error:
             log.warning("pool %s/%s: creating a warm pod failed: %s; retrying", namespace, name, error)
-            await self._report(pool, previous, kept, generation)
+            await self._report(pool, previous, kept, previous.observedGeneration)
             return 10.0
         self._observe_refills(name, kept)
-        await self._report(pool, previous, kept, generation)
+        full = len(kept) >= target
+        await self._report(pool, previous, kept, generation if full else previous.observedGeneration)
         return None
 
     async def _add(self, pool: PoolRef, spec: AgentSessionPoolSpec) -> Manifest:
@@ -151,14 +153,14 @@ class PoolReconciler:
                 metrics.POOL_REFILL_SECONDS.labels(pool=pool).observe((ready - created).total_seconds())
 
     async def _report(
-        self, pool: PoolRef, previous: AgentSessionPoolStatus, members: list[Manifest], generation: int
+        self, pool: PoolRef, previous: AgentSessionPoolStatus, members: list[Manifest], filled: int | None
     ) -> None:
         ready = sum(claimable(p) for p in members)
         claimed = len(self._pods(pool.namespace, LABEL_CLAIMED_FROM, pool.name))
         metrics.POOL_PODS.labels(pool=pool.name, state="ready").set(ready)
         metrics.POOL_PODS.labels(pool=pool.name, state="starting").set(len(members) - ready)
         status = AgentSessionPoolStatus(
-            replicas=len(members), readyReplicas=ready, claimed=claimed, observedGeneration=generation
+            replicas=len(members), readyReplicas=ready, claimed=claimed, observedGeneration=filled
         )
         if status == previous:
             return

@@ -159,6 +159,9 @@ class Reconciler:
         if any(isinstance(a, ClaimPod) for a in plan.actions) and outcome.start is None:
             # Every candidate was taken first; once the watch shows that, the next reconcile decides again.
             return CLAIM_RETRY_SECONDS
+        if any(isinstance(a, AdoptChildren) for a in plan.actions):
+            # A finished claim changes no pod, so no pod event brings the reconcile that starts ACP on it.
+            return CLAIM_RETRY_SECONDS
         return requeue_after(
             plan, outcome.rejection is not None, observed.session.status, status, observed.now, self._config
         )

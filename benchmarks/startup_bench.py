@@ -166,11 +166,12 @@ class Bench:
         # operator's labels (it would look for the session).
         pod["metadata"] = {"name": pod_name(name), "namespace": self.ns}
         secret_name = token_secret_name(name)
+        # Timed from the Secret, as the session is: the operator creates the Secret before the pod too.
+        created = time.monotonic()
         await self.kube.create(
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name, "namespace": self.ns},
              "stringData": {TOKEN_KEY: token}}
         )  # fmt: skip
-        created = time.monotonic()
         await self.kube.create(pod)
         agentctl = await self.seen.wait(pod_name(name), "agentctl_ready")
         ready = await self.seen.wait(pod_name(name), "ready")

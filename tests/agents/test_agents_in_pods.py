@@ -239,9 +239,14 @@ async def send_prompt(ui: Client, agent_id: str, text: str) -> int:
 async def prompt_turn(ui: Client, agent_id: str, text: str) -> list[dict[str, Any]]:
     """Sends a prompt and returns the updates of its turn once the agent is ready again."""
     mark = await send_prompt(ui, agent_id, text)
-    await ui.wait_for("processing", of_type("agent_status", status="processing"), TURN_WITHIN, since=mark)
+    processing = await ui.wait_for(
+        "processing", of_type("agent_status", status="processing"), TURN_WITHIN, since=mark
+    )
+    # The end of this turn comes after its start: frames of the initial prompt's turn (its last updates, its
+    # "ready") can still arrive after the new prompt was accepted.
+    started = next(i for i in range(mark, len(ui.frames)) if ui.frames[i] is processing)
     await ui.wait_for(
-        "ready after the turn", of_type("agent_status", status="ready"), TURN_WITHIN, since=mark
+        "ready after the turn", of_type("agent_status", status="ready"), TURN_WITHIN, since=started + 1
     )
     return [f["payload"] for f in ui.frames[mark:] if f["type"] == "agent_update"]
 

@@ -22,8 +22,7 @@ from agentsession.agentctl_routes import OPENAPI
 
 async def prepare_agent(svc: Services) -> None:
     """A pod's agent is running already: initialize it as soon as the ACP side is loaded (`AgentBridge.prepare`)."""
-    if svc.acp_loading is not None:
-        await svc.acp_loading
+    await svc.acp_loaded()
     svc.bridge.prepare_in_background()
 
 
@@ -34,9 +33,8 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
     async def acp_loaded(request: web.Request, handler: Handler) -> web.StreamResponse:
         # Handlers reach the ACP side synchronously; until its thread has loaded it, that import would stop the
         # event loop (and the agent's pipes and every other request with it), so they wait for it here.
-        loading = svc.acp_loading
-        if loading is not None and not loading.done() and request.path not in OPEN_PATHS:
-            await asyncio.wait([loading])
+        if request.path not in OPEN_PATHS:
+            await svc.acp_loaded()
         return await handler(request)
 
     app = web.Application(

@@ -85,14 +85,20 @@ class Services:
             )
         return self._bridge
 
+    async def acp_loaded(self, wait_s: float | None = None) -> bool:
+        """Whether the ACP side is loaded, waiting up to `wait_s` (None: as long as it takes) for its thread
+        (`preload_acp`). Reaching `bridge` before then would load it on the event loop and stall the server."""
+        loading = self.acp_loading
+        if loading is None or loading.done():
+            return True
+        done, _ = await asyncio.wait([loading], timeout=wait_s)
+        return bool(done)
+
     async def agent_initialized(self, wait_s: float) -> bool:
-        """Whether the agent has answered ACP initialize, waiting up to `wait_s`. Never loads the ACP side on the
-        event loop: a probe must not stall the server while the library loads in its thread."""
+        """Whether the agent has answered ACP initialize, waiting up to `wait_s`."""
         deadline = time.monotonic() + wait_s
-        if self._bridge is None and self.acp_loading is not None:
-            done, _ = await asyncio.wait([self.acp_loading], timeout=wait_s)
-            if not done:
-                return False
+        if not await self.acp_loaded(wait_s):
+            return False
         return await self.bridge.wait_initialized(max(0.0, deadline - time.monotonic()))
 
     def agent_state(self) -> str:

@@ -181,9 +181,9 @@ def decide(observed: Observed, config: OperatorConfig, new_token: Callable[[], s
     session, spec = observed.ref, observed.spec
     if observed.unrecorded_claim is not None:
         pool, member = observed.unrecorded_claim
-        return Plan((AdoptChildren(pool),), start=_claimed(pool, member))
+        return Plan((AdoptChildren(pool),), start=claimed_start(pool, member))
     start = None
-    if observed.spec_error is None and _first_start(observed):
+    if observed.spec_error is None and first_start(observed.session.status, observed.spec, observed.pod):
         taken = _claim(observed, config)
         if isinstance(taken, ClaimPod):
             return Plan((taken,))
@@ -210,18 +210,18 @@ def decide(observed: Observed, config: OperatorConfig, new_token: Callable[[], s
     return Plan(tuple(actions), idle_recheck=idle_recheck, start=start)
 
 
-def _first_start(observed: Observed) -> bool:
+def first_start(status: AgentSessionStatus, spec: AgentSessionSpec, pod: Manifest | None) -> bool:
     """The session's first pod is due: how it comes (claimed or cold) is decided now, once."""
-    startup = observed.session.status.startup
+    startup = status.startup
     return (
-        observed.pod is None
-        and not observed.spec.suspend
-        and not observed.session.status.podsCreated
+        pod is None
+        and not spec.suspend
+        and not status.podsCreated
         and (startup is None or startup.source is None)
     )
 
 
-def _claimed(pool: str, member: str) -> StartupTimings:
+def claimed_start(pool: str, member: str) -> StartupTimings:
     return StartupTimings(source="Claimed", pool=pool, member=member)
 
 

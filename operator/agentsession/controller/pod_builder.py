@@ -226,9 +226,11 @@ def _container_security_context(config: OperatorConfig) -> Manifest:
     }
 
 
-def _http_probe(port_name: str, period: int, failures: int, timeout: int = 2) -> Manifest:
+def _http_probe(
+    port: str | int, period: int, failures: int, timeout: int = 2, path: str = HEALTH_PATH
+) -> Manifest:
     return {
-        "httpGet": {"path": HEALTH_PATH, "port": port_name},
+        "httpGet": {"path": path, "port": port},
         "periodSeconds": period,
         "failureThreshold": failures,
         "timeoutSeconds": timeout,
@@ -426,15 +428,13 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         # The agent is ready once it has answered ACP initialize, which agentctl sends as soon as both run; the
         # pod is then Ready when its agent can take a session. agentctl holds the probe up to AGENT_HEALTH_WAIT
         # for the answer, so the probe sees it at once instead of a period later.
-        "readinessProbe": {
-            "httpGet": {
-                "path": f"{AGENT_HEALTH_PATH}?wait={AGENT_HEALTH_WAIT}",
-                "port": config.agentctl_port,
-            },
-            "periodSeconds": 1,
-            "failureThreshold": 2,
-            "timeoutSeconds": AGENT_HEALTH_WAIT + 1,
-        },
+        "readinessProbe": _http_probe(
+            config.agentctl_port,
+            period=1,
+            failures=2,
+            timeout=AGENT_HEALTH_WAIT + 1,
+            path=f"{AGENT_HEALTH_PATH}?wait={AGENT_HEALTH_WAIT}",
+        ),
     }
     env_from = _env_from(spec)
     if env_from:

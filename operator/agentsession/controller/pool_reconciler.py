@@ -97,9 +97,10 @@ class PoolReconciler:
         # again. observedGeneration is the generation the pool was last full for.
         refill = spec.refillPolicy == "Always" or previous.observedGeneration != generation
         target = spec.replicas if refill else min(spec.replicas, len(current))
-        for pod in [*outdated, *surplus(current, target)]:
+        extra = surplus(current, target)
+        for pod in [*outdated, *extra]:
             await self._remove(pool, pod)
-        kept = [p for p in current if p not in surplus(current, target)]
+        kept = [p for p in current if p not in extra]
         starting = sum(not claimable(p) for p in kept)
         try:
             for _ in range(min(target - len(kept), max(0, REFILL_AT_ONCE - starting))):

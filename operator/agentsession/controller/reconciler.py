@@ -51,7 +51,9 @@ from agentsession.controller.decisions import (
     PostEvent,
     StartAcp,
     Suspend,
+    claimed_start,
     decide,
+    first_start,
     observation,
     requeue_after,
     wants_activity,
@@ -208,7 +210,7 @@ class Reconciler:
                 unrecorded = (PodView(pod).labels[LABEL_CLAIMED_FROM], stem)
         token = None if session.deleting else await self._token(session, stem)
         observed = Observed(session, spec, spec_error, pod, token, self._clock(), unrecorded_claim=unrecorded)
-        if spec.poolRef is not None and pod is None and not spec.suspend and not session.status.podsCreated:
+        if spec.poolRef is not None and first_start(session.status, spec, pod):
             members = self._pod_lookup(namespace, LABEL_POOL, spec.poolRef.name)
             observed = replace(observed, pool_members=tuple(members))
         if pod is not None and (since := readiness_pending_since(pod)) is not None:
@@ -300,16 +302,16 @@ class Reconciler:
         for pod, desired in action.candidates:
             name = PodView(pod).name
             try:
-                claimed = await self._kube.patch(
+                taken = await self._kube.patch(
                     PODS, session.namespace, name, claim_patch(pod, desired, session, action.pool)
                 )
             except (Conflict, NotFound):
                 metrics.POOL_CLAIM_CONFLICTS.labels(pool=action.pool).inc()
                 continue
-            stem = stem_of(claimed)
+            stem = stem_of(taken)
             await self._adopt(replace(observed, unrecorded_claim=(action.pool, stem)), action.pool)
-            outcome.pod = claimed
-            outcome.start = StartupTimings(source="Claimed", pool=action.pool, member=stem)
+            outcome.pod = taken
+            outcome.start = claimed_start(action.pool, stem)
             metrics.POOL_CLAIMS.labels(pool=action.pool).inc()
             await self._event(
                 observed.session,

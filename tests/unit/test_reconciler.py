@@ -29,7 +29,7 @@ from agentsession.controller.decisions import (
     decide,
     wants_activity,
 )
-from agentsession.controller.pod_builder import build_pod
+from agentsession.controller.pod_builder import build_pod, build_token_secret
 from agentsession.controller.reconciler import Reconciler
 from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS
@@ -202,12 +202,26 @@ async def test_creation_makes_token_pod_and_a_pending_status() -> None:
     assert world.status()["podsCreated"] == 1
     assert world.reasons()["PodScheduled"] == "Pending"
     assert ("Normal", "PodCreated") in world.events()
-    assert world.kube.verbs()[:4] == [
+    # A session never reported on has no Secret to read: its pod follows the session's read and its Secret.
+    assert world.kube.verbs()[:3] == [
         f"get AgentSession {NAME}",
-        "get Secret s1-agentctl-token",
         "create Secret s1-agentctl-token",
         f"create Pod {POD}",
     ]
+
+
+async def test_a_secret_left_by_a_reconcile_that_died_before_its_status_keeps_its_token() -> None:
+    world = World()
+    await world.apply(prompt="hello")
+    left = build_token_secret(SessionView(world.session()).ref, "token-left")
+    await world.kube.create(left)
+    await world.reconcile()
+    secret = world.kube.find("Secret", NS, "s1-agentctl-token")
+    assert secret is not None
+    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == "token-left"
+    world.kubelet.run()
+    await world.reconcile()
+    assert world.agentctls.connections == [(ENDPOINT, "token-left")]
 
 
 async def test_ready_agentctl_starts_acp_with_the_prompt_once() -> None:

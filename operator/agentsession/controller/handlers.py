@@ -87,7 +87,7 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.execution.max_workers = 8
     # kopf waits this long for more events of an object before handling the last; the handlers only trigger the
     # work queue, which coalesces by itself, so waiting would only delay every status by it.
-    settings.batching.batch_window = 0.01
+    settings.batching.batch_window = 0.001
     # Serving named namespaces needs no namespace or CRD discovery, nor the cluster-wide RBAC it would take.
     settings.scanning.disabled = config.watches_fixed_namespaces
 

@@ -69,7 +69,7 @@ from agentsession.controller.status_mapper import (
 from agentsession.controller.transitions import drain_event, status_events
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
-from agentsession.kube.ops import create_or_read, post_event, read_token
+from agentsession.kube.ops import create_or_read, decode_token, post_event, read_token
 from agentsession.kube.resources import AGENT_SESSIONS, CLAIMS, EVENTS, PODS, SECRETS
 from agentsession.kube.views import EventView, PodView, SessionView
 
@@ -237,6 +237,10 @@ class Reconciler:
         cached = self._tokens.get(session.key)
         if cached is not None and cached[0] == session.uid:
             return cached[1]
+        if session.status.observedGeneration is None:
+            # Never reported on, so never given a Secret, unless a reconcile died before its first status write:
+            # creating the Secret then reads the existing one instead. Saves a read before a new session's pod.
+            return None
         token = await read_token(self._kube, session.namespace, stem)
         if token is not None:
             self._tokens[session.key] = (session.uid, token)
@@ -267,6 +271,8 @@ class Reconciler:
                 if obj["kind"] == "Pod":
                     outcome.pod = obj
                     outcome.pods_created += int(created)
+                elif obj["kind"] == "Secret":
+                    self._tokens[session.key] = (session.uid, decode_token(obj))
                 if created and action.on_created is not None:
                     await self._event(session, action.on_created)
             elif isinstance(action, Drain):

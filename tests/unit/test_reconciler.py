@@ -208,6 +208,12 @@ async def test_creation_makes_token_pod_and_a_pending_status() -> None:
         "create Secret s1-agentctl-token",
         f"create Pod {POD}",
     ]
+    world.kube.calls.clear()
+    world.kubelet.run()
+    await world.reconcile()
+    assert world.status()["phase"] == "Ready"
+    # The token was kept as the Secret was created: starting ACP reads no Secret.
+    assert "get Secret s1-agentctl-token" not in world.kube.verbs()
 
 
 async def test_a_secret_left_by_a_reconcile_that_died_before_its_status_keeps_its_token() -> None:

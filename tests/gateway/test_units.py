@@ -73,6 +73,14 @@ def test_derived_status(obj: dict[str, Any], live: LiveState | None, expected: s
     assert (error is not None) == (expected == "failed")
 
 
+def test_a_node_not_reporting_is_failed_with_the_reason_until_it_is_back() -> None:
+    obj = session(phase="Unknown")
+    obj["status"]["conditions"][0].update(
+        status="Unknown", reason="NodeNotReady", message="node n1 stopped reporting"
+    )
+    assert derive_status(SessionView(obj), LiveState("running")) == ("failed", "node n1 stopped reporting")
+
+
 def test_agent_info_has_exactly_the_protocol_fields() -> None:
     info = agent_info(
         session(phase="Ready", ready=True, session_id="s1"), LiveState("running", current_mode_id="ask")

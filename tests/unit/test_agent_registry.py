@@ -197,6 +197,27 @@ async def test_an_agentctl_restart_resumes_the_stream_without_losing_or_repeatin
     await until("third entry", lambda: gateway.client.updates() == [1, 2, 3])
 
 
+async def test_an_agent_that_exited_and_was_resumed_is_ready_again_without_the_old_error(
+    gateway: Gateway,
+) -> None:
+    await gateway.session(ready=True)
+    await until("stream open", lambda: gateway.connected())
+    gateway.agentctl().append(
+        "agent_error", {"error": "agent_exited", "message": "agent exited during a turn"}
+    )
+    await until("failed", lambda: gateway.client.statuses()[-1:] == ["failed"])
+    # The agent container restarted: agentctl stays ready while the operator resumes the ACP session.
+    restarting = status(ready=True, phase="Starting")
+    for condition in restarting["conditions"][1:]:
+        condition.update(status="False", reason="AgentRestarted")
+    await gateway.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": restarting}, status=True)
+    await until("initializing", lambda: gateway.client.statuses()[-1:] == ["initializing"])
+    resumed = len(gateway.client.statuses())
+    await gateway.operator_writes(ready=True)
+    await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
+    assert gateway.client.statuses()[resumed:] == ["ready"]
+
+
 async def test_a_fresh_journal_is_followed_from_its_start(gateway: Gateway) -> None:
     await gateway.session(ready=True)
     agentctl = gateway.agentctl()

@@ -63,7 +63,7 @@ class Kubelet:
         assert found is not None, "no pod"
         return found
 
-    def run(self, *, agentctl_ready: bool = True, restarts: int = 0) -> None:
+    def run(self, *, agentctl_ready: bool = True, restarts: int = 0, agent_restarts: int = 0) -> None:
         pod = self.pod()
         started = "2026-01-01T12:00:01Z"
         pod["spec"]["nodeName"] = "node-1"
@@ -84,12 +84,27 @@ class Kubelet:
             "containerStatuses": [
                 {
                     "name": "agent",
-                    "restartCount": 0,
+                    "restartCount": agent_restarts,
                     "ready": True,
                     "state": {"running": {"startedAt": started}},
+                    **(
+                        {"lastState": {"terminated": {"exitCode": 137, "reason": "Error"}}}
+                        if agent_restarts
+                        else {}
+                    ),
                 }
             ],
         }
+        self.kube.put(pod)
+
+    def lose_node(self) -> None:
+        """What the node controller writes when the node stops reporting: the pod's Ready alone turns False."""
+        pod = self.pod()
+        pod["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "ContainersReady", "status": "True"},
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T12:05:00Z"},
+        ]
         self.kube.put(pod)
 
     def fail(self, reason: str) -> None:
@@ -369,6 +384,40 @@ async def test_an_agentctl_restart_resumes_the_acp_session() -> None:
     assert world.status()["phase"] == "Ready"
     # The restart is told once, while ACP resumes, then the session is Ready again.
     assert world.event_reasons() == ["AgentctlRestarted", "Ready"]
+
+
+async def test_an_agent_container_restart_resumes_the_acp_session() -> None:
+    world = World()
+    await world.until_ready(prompt="hello")
+    session_id = world.status()["acp"]["sessionId"]
+    assert world.status()["acp"]["agentRestartCount"] == 0
+    world.kubelet.run(agent_restarts=1)
+    await world.reconcile()
+    start = [args[0] for call, args in world.agentctl.calls if call == "start"][-1]
+    assert (start.session_id, start.prompt) == (session_id, None)
+    assert world.status()["acp"]["agentRestartCount"] == 1
+    assert world.status()["phase"] == "Ready"
+    assert world.event_reasons() == ["AgentRestarted", "Ready"]
+    assert "exit code 137" in world.event_messages()[0]
+
+
+async def test_a_node_that_stops_reporting_leaves_the_session_unknown_until_it_is_back() -> None:
+    world = World()
+    await world.until_ready()
+    world.kubelet.lose_node()
+    await world.reconcile()
+    assert world.status()["phase"] == "Unknown"
+    ready = world.condition("Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("Unknown", "NodeNotReady")
+    assert "node node-1 stopped reporting" in ready["message"]
+    assert world.events() == [("Warning", "NodeNotReady")]
+    world.kubelet.run()
+    await world.reconcile()
+    assert world.status()["phase"] == "Ready"
+    assert world.event_reasons() == ["NodeNotReady", "Ready"]
+    # The agent ran on meanwhile: its ACP session goes on, nothing is started again.
+    assert [call for call, _ in world.agentctl.calls if call == "start"] == []
 
 
 async def test_a_failed_start_is_retried_after_the_configured_delay() -> None:

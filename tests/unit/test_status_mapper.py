@@ -13,6 +13,7 @@ from agentsession.controller.status_mapper import (
     Observation,
     latest_readiness_failure,
     map_status,
+    start_due,
     termination_tail,
 )
 from agentsession.kube.views import EventView
@@ -53,6 +54,20 @@ AGENT_EXIT = {
     "message": "starting\nError: CODEX_HOME points to '/workspace/.codex', but that path does not exist\n",
 }
 INITIALIZED = AcpStatus(sessionId="sess-1", podUID=UID, agentctlRestartCount=0, currentModeId="code")
+AGENT_KILLED = {"exitCode": 137, "reason": "Error"}
+
+
+def with_conditions(body: dict[str, Any], **statuses: str) -> dict[str, Any]:
+    """The pod with these conditions (type=status, or type=status/reason) next to the ones it has."""
+    for kind, value in statuses.items():
+        status, _, reason = value.partition("/")
+        condition = {"type": kind, "status": status, "lastTransitionTime": "2026-01-01T11:59:58Z"}
+        body["status"]["conditions"].append({**condition, **({"reason": reason} if reason else {})})
+    return body
+
+
+def ready_pod(**agent: Any) -> dict[str, Any]:
+    return pod(phase="Running", scheduled=SCHEDULED, agentctl=AGENTCTL_READY, agent={**RUNNING, **agent})
 
 
 @dataclass
@@ -237,6 +252,54 @@ CASES = [
         ready="True",
     ),
     Case(
+        "the agent container restarted after its ACP session started",
+        ready_pod(restartCount=1, lastState={"terminated": AGENT_KILLED}),
+        "Starting",
+        {"AgentctlReady": "ProbeSucceeded", "AgentInitialized": "AgentRestarted", "Ready": "AgentRestarted"},
+        previous=AgentSessionStatus(acp=INITIALIZED.model_copy(update={"agentRestartCount": 0})),
+    ),
+    Case(
+        "the restarted agent's ACP session resumed",
+        ready_pod(restartCount=1, lastState={"terminated": AGENT_KILLED}),
+        "Ready",
+        {"AgentInitialized": "Initialized", "Ready": "Ready"},
+        previous=AgentSessionStatus(acp=INITIALIZED.model_copy(update={"agentRestartCount": 1})),
+        ready="True",
+    ),
+    Case(
+        "the node stopped reporting: the node controller turned the pod's Ready False",
+        with_conditions(ready_pod(), Ready="False", ContainersReady="True"),
+        "Unknown",
+        {
+            "PodScheduled": "Scheduled",
+            "AgentctlReady": "NodeNotReady",
+            "AgentInitialized": "NodeNotReady",
+            "Ready": "NodeNotReady",
+        },
+        previous=AgentSessionStatus(acp=INITIALIZED),
+        ready="Unknown",
+    ),
+    Case(
+        "the kubelet's own not ready: containers not ready",
+        with_conditions(
+            ready_pod(ready=False),
+            Ready="False/ContainersNotReady",
+            ContainersReady="False/ContainersNotReady",
+        ),
+        "Ready",
+        {"AgentctlReady": "ProbeSucceeded", "Ready": "Ready"},
+        previous=AgentSessionStatus(acp=INITIALIZED),
+        ready="True",
+    ),
+    Case(
+        "readiness gates not ready are not the node",
+        with_conditions(ready_pod(), Ready="False/ReadinessGatesNotReady", ContainersReady="True"),
+        "Ready",
+        {"AgentctlReady": "ProbeSucceeded", "Ready": "Ready"},
+        previous=AgentSessionStatus(acp=INITIALIZED),
+        ready="True",
+    ),
+    Case(
         "agentctl crash-looping",
         pod(
             phase="Pending",
@@ -344,6 +407,29 @@ def test_messages_carry_the_specifics() -> None:
     assert status.condition("Ready").message == (
         "the agent exited before its ACP session started (exit code 1, reason Error: starting | "
         "Error: CODEX_HOME points to '/workspace/.codex', but that path does not exist; restarts: 1)"
+    )
+
+
+def test_restarts_and_lost_nodes_say_what_happened() -> None:
+    restarted = next(c for c in CASES if c.id.startswith("the agent container restarted"))
+    status = map_status(
+        Observation(generation=1, suspend=False, previous=restarted.previous, now=NOW, pod=restarted.pod)
+    )
+    assert status.condition("Ready").message == (
+        "the agent container restarted (exit code 137, reason Error; restarts: 1); resuming the ACP session"
+    )
+    lost = next(c for c in CASES if c.id.startswith("the node stopped reporting"))
+    status = map_status(
+        Observation(generation=1, suspend=False, previous=lost.previous, now=NOW, pod=lost.pod)
+    )
+    assert status.condition("Ready").message.startswith(
+        "node node-1 stopped reporting since 2026-01-01T11:59:58Z: agentctl and the agent may still run"
+    )
+    assert not start_due(
+        Observation(generation=1, suspend=False, previous=lost.previous, now=NOW, pod=lost.pod)
+    )
+    assert start_due(
+        Observation(generation=1, suspend=False, previous=restarted.previous, now=NOW, pod=restarted.pod)
     )
 
 

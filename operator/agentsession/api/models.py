@@ -56,7 +56,8 @@ ConditionType = Literal[
     "PodScheduled", "AgentctlReady", "AgentInitialized", "Suspended", "Ready", "RestartPending"
 ]
 ConditionStatus = Literal["True", "False", "Unknown"]
-Phase = Literal["Suspended", "Pending", "Starting", "Ready", "Failed", "Terminating"]
+# Unknown, as a Pod's: the node stopped reporting, so nothing confirms the agent runs or has stopped.
+Phase = Literal["Suspended", "Pending", "Starting", "Ready", "Failed", "Terminating", "Unknown"]
 
 
 Rule = tuple[str, str] | tuple[str, str, str]
@@ -550,6 +551,9 @@ class AcpStatus(_Model):
     podUID: str | None = Field(default=None, description="The pod whose agentctl was initialized.")
     agentctlRestartCount: int | None = Field(
         default=None, ge=0, description="agentctl restarts at init time."
+    )
+    agentRestartCount: int | None = Field(
+        default=None, ge=0, description="The agent container's restarts at init time."
     )
     initializedTime: datetime | None = None
     lastError: str | None = Field(default=None, max_length=4096)

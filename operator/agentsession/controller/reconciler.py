@@ -61,6 +61,7 @@ from agentsession.controller.decisions import (
 from agentsession.controller.pool_builder import adopt_patch, claim_patch, stem_of
 from agentsession.controller.rejections import Rejection, rejection
 from agentsession.controller.status_mapper import (
+    agent_restart_count,
     agentctl_restart_count,
     latest_readiness_failure,
     map_status,
@@ -345,7 +346,11 @@ class Reconciler:
         assert pod is not None
         assert token is not None
         old = observed.session.status.acp or AcpStatus()
-        recorded = {"podUID": PodView(pod).uid, "agentctlRestartCount": agentctl_restart_count(pod)}
+        recorded = {
+            "podUID": PodView(pod).uid,
+            "agentctlRestartCount": agentctl_restart_count(pod),
+            "agentRestartCount": agent_restart_count(pod),
+        }
         try:
             response = await self._agentctl(self._endpoint(pod), token).start(action.request)
         except AgentctlError as error:

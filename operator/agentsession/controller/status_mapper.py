@@ -52,7 +52,10 @@ READINESS_FAILED = "Readiness probe failed"
 TERMINATION_TAIL_LINES = 5
 TERMINATION_TAIL_CHARS = 1000
 # AgentInitialized reasons that mean "agentctl is ready and the start call is due".
-START_DUE = frozenset({"Initializing", "AgentctlRestarted", "InitializeFailed", "AgentExited"})
+START_DUE = frozenset(
+    {"Initializing", "AgentctlRestarted", "AgentRestarted", "InitializeFailed", "AgentExited"}
+)
+NODE_NOT_READY = "NodeNotReady"
 PENDING_REASONS = frozenset(
     {"PodNotCreated", "PodDeleted", "Pending", "Unschedulable", QUOTA_REASON} | IMAGE_PULL_REASONS
 )
@@ -107,6 +110,11 @@ def agentctl_restart_count(pod: Manifest) -> int:
     return int(status.get("restartCount", 0)) if status else 0
 
 
+def agent_restart_count(pod: Manifest) -> int:
+    status = container_status(pod, AGENT_CONTAINER, init=False)
+    return int(status.get("restartCount", 0)) if status else 0
+
+
 def latest_readiness_failure(events: Iterable[EventView], since: str) -> str | None:
     """The newest kubelet "Readiness probe failed" message among `events` later than STARTUP_GRACE after `since`
     (when the running agentctl started): failures of an earlier run do not count, nor the refused connections of
@@ -133,6 +141,25 @@ def readiness_pending_since(pod: Manifest) -> str | None:
 
 def _pod_condition(pod: Manifest, kind: str) -> Manifest | None:
     return next((c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def node_not_reporting(pod: Manifest) -> _State | None:
+    """The node controller's mark on a pod whose node stopped reporting (its kubelet stopped, or the node is cut
+    off): the pod's Ready turned False while the kubelet's own ContainersReady stays True, a pair the kubelet never
+    writes itself except for readiness gates. What the containers last reported is then out of date."""
+    ready, containers = _pod_condition(pod, "Ready"), _pod_condition(pod, "ContainersReady")
+    if not ready or not containers or ready.get("status") != "False" or containers.get("status") != "True":
+        return None
+    if ready.get("reason") == "ReadinessGatesNotReady":
+        return None
+    node = pod.get("spec", {}).get("nodeName") or "of the pod"
+    since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    return _State(
+        "Unknown",
+        NODE_NOT_READY,
+        f"node {node} stopped reporting{since}: agentctl and the agent may still run, but nothing confirms it "
+        "until its kubelet reports again",
+    )
 
 
 def _no_pod(obs: Observation) -> _State:
@@ -224,6 +251,9 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
         return failed
     if not scheduled.ok:
         return scheduled
+    lost = node_not_reporting(pod)
+    if lost:
+        return lost
     status = container_status(pod, AGENTCTL_CONTAINER, init=True)
     if status is None:
         return _State("False", "ContainerCreating", "waiting for the kubelet to start agentctl")
@@ -253,6 +283,8 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
 def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State) -> _State:
     agent = container_status(pod, AGENT_CONTAINER, init=False) if pod is not None else None
     waiting = _waiting(agent, "the agent container") if agent else None
+    if agentctl.reason == NODE_NOT_READY:
+        return agentctl
     if waiting and waiting.reason not in {"ContainerCreating", "PodInitializing"}:
         return waiting
     if not agentctl.ok:
@@ -275,6 +307,14 @@ def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State)
     if acp.agentctlRestartCount != restarts:
         return _State(
             "False", "AgentctlRestarted", f"agentctl restarted ({restarts}); resuming the ACP session"
+        )
+    if agent and acp.agentRestartCount is not None and acp.agentRestartCount != agent_restart_count(pod):
+        ended = f"{describe_exit(exited)}; " if exited else ""
+        return _State(
+            "False",
+            "AgentRestarted",
+            f"the agent container restarted ({ended}restarts: {agent.get('restartCount', 0)}); "
+            "resuming the ACP session",
         )
     if acp.lastError:
         return _State("False", "InitializeFailed", acp.lastError)
@@ -301,6 +341,8 @@ def _phase(obs: Observation, ready: _State) -> Phase:
         return "Suspended"
     if ready.ok:
         return "Ready"
+    if ready.status == "Unknown":
+        return "Unknown"
     if ready.reason in FAILED_REASONS:
         return "Failed"
     if ready.reason in PENDING_REASONS:

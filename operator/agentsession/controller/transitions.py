@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from agentsession.agentctl_api import DrainResponse
 from agentsession.api.models import AgentSessionStatus
 from agentsession.controller.rejections import QUOTA_REASON
-from agentsession.controller.status_mapper import FAILED_REASONS, IMAGE_PULL_REASONS
+from agentsession.controller.status_mapper import FAILED_REASONS, IMAGE_PULL_REASONS, NODE_NOT_READY
 
 WARNING_REASONS = (
     FAILED_REASONS
@@ -25,6 +25,8 @@ WARNING_REASONS = (
         QUOTA_REASON,
         "PodDeleted",
         "AgentctlRestarted",
+        "AgentRestarted",
+        NODE_NOT_READY,
     }
 )
 

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agentsession.agentctl_api import StatusResponse, mode_config_option
@@ -187,7 +187,10 @@ class AgentRegistry:
         self._tasks.spawn(self._converge_upstream(rt), f"follow {rt.id}")
         was_initialized = old is not None and SessionView(old).condition_true("AgentInitialized")
         if session.condition_true("AgentInitialized") and not was_initialized:
-            # The operator writes AgentctlReady before it starts ACP: what agentctl said then is out of date.
+            # The operator writes AgentctlReady before it starts ACP: what agentctl said then is out of date, and
+            # so is an agent's exit it reported before its ACP session was resumed (the agent restarted).
+            if rt.live.agent_state == "error":
+                rt.live = replace(rt.live, agent_state=None, last_error=None)
             self._tasks.spawn(self._refresh_live(rt), f"refresh {rt.id}")
         self._publish_status(rt, now)
 

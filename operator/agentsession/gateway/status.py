@@ -50,7 +50,9 @@ def derive_status(session: SessionView, live: LiveState | None) -> tuple[AgentSt
     if session.suspended:
         # A session that ran before keeps its history and can be resumed; one that never ran is untouched.
         return ("completed" if status.acp and status.acp.sessionId else "uninitialized"), None
-    if status.phase == "Failed":
+    if status.phase in ("Failed", "Unknown"):
+        # Unknown (the node stopped reporting) may end by itself, but until then the agent cannot be vouched for:
+        # clients are told why, and see it ready again when the node is back.
         ready = session.condition("Ready")
         return "failed", (ready.message or ready.reason if ready else None) or "the agent's pod failed"
     initialized = session.condition("AgentInitialized")

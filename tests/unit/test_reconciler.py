@@ -658,6 +658,27 @@ async def test_a_pod_of_an_older_session_of_the_same_name_is_replaced() -> None:
     assert world.kube.find("Pod", NS, POD) is None
 
 
+async def test_children_left_by_an_older_session_of_the_same_name_are_replaced_not_taken() -> None:
+    # Deleted and created again at once: the garbage collector has not deleted the older session's children yet.
+    # Taking them would leave the session without them once it does, and nothing would bring them back.
+    world = World()
+    await world.apply(workspace={"size": "1Gi"})
+    older = {"apiVersion": API_VERSION, "kind": KIND, "name": NAME, "uid": "older"}
+    for kind, name in (("Secret", "s1-agentctl-token"), ("PersistentVolumeClaim", "s1-workspace")):
+        world.kube.put({"apiVersion": "v1", "kind": kind, "data": {TOKEN_KEY: "b2xk"},
+                        "metadata": {"name": name, "namespace": NS, "ownerReferences": [older]}})  # fmt: skip
+    await world.reconcile()
+    uid = world.session()["metadata"]["uid"]
+    for kind, name in (("Secret", "s1-agentctl-token"), ("PersistentVolumeClaim", "s1-workspace")):
+        child = world.kube.find(kind, NS, name)
+        assert child is not None, f"no {kind} {name}"
+        assert [ref["uid"] for ref in child["metadata"]["ownerReferences"]] == [uid], kind
+    secret = world.kube.find("Secret", NS, "s1-agentctl-token")
+    assert secret is not None
+    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == "token-1"
+    assert world.status()["phase"] == "Pending"
+
+
 def test_the_plan_lists_actions_in_order_and_starts_acp_only_when_due() -> None:
     config = OperatorConfig(image="agentsession:test")
     body = {

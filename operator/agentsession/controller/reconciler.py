@@ -70,9 +70,9 @@ from agentsession.controller.status_mapper import (
 from agentsession.controller.transitions import drain_event, status_events
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
-from agentsession.kube.ops import create_or_read, decode_token, post_event, read_token
-from agentsession.kube.resources import AGENT_SESSIONS, CLAIMS, EVENTS, PODS, SECRETS
-from agentsession.kube.views import EventView, PodView, SessionView
+from agentsession.kube.ops import create_or_read, decode_token, post_event
+from agentsession.kube.resources import AGENT_SESSIONS, CLAIMS, EVENTS, PODS, SECRETS, resource_of
+from agentsession.kube.views import ChildView, EventView, PodView, SessionView
 
 # The pods of a namespace that carry a label with a value, from the operator's watch (kopf's indexes).
 PodLookup = Callable[[str, str, str], list[Manifest]]
@@ -242,9 +242,15 @@ class Reconciler:
             # Never reported on, so never given a Secret, unless a reconcile died before its first status write:
             # creating the Secret then reads the existing one instead. Saves a read before a new session's pod.
             return None
-        token = await read_token(self._kube, session.namespace, stem)
-        if token is not None:
-            self._tokens[session.key] = (session.uid, token)
+        try:
+            secret = await self._kube.get(SECRETS, session.namespace, token_secret_name(stem))
+        except NotFound:
+            return None
+        if ChildView(secret).held_by_another_session(session.uid):
+            # An older session's, on its way out: this session gets its own (`_create_child`).
+            return None
+        token = decode_token(secret)
+        self._tokens[session.key] = (session.uid, token)
         return token
 
     def _refused_token(self, session: SessionView, error: AgentctlError) -> None:
@@ -262,7 +268,7 @@ class Reconciler:
         for action in plan.actions:
             if isinstance(action, CreateChild):
                 try:
-                    obj, created = await create_or_read(self._kube, action.manifest)
+                    obj, created = await self._create_child(session, action.manifest)
                 except KubeError as error:
                     outcome.rejection = rejection(error.kind, error.status, error.api_message)
                     if outcome.rejection is None:
@@ -301,6 +307,24 @@ class Reconciler:
             elif isinstance(action, AdoptChildren):
                 await self._adopt(observed, action.pool)
         return outcome
+
+    async def _create_child(self, session: SessionView, manifest: Manifest) -> tuple[Manifest, bool]:
+        """Creates the child, or reads the one of its name; one that an older session of the same name left
+        (deleted and created again before the garbage collector caught up) is deleted and made anew, since the
+        collector would delete it under this session and nothing would bring it back."""
+        obj, created = await create_or_read(self._kube, manifest)
+        stale = ChildView(obj)
+        if created or not stale.held_by_another_session(session.uid):
+            return obj, created
+        log.info("%s %s/%s belongs to an older session of this name; replacing it", obj["kind"], *stale.key)
+        with contextlib.suppress(NotFound, Conflict):
+            await self._kube.delete(resource_of(obj), stale.namespace, stale.name, uid=stale.uid)
+        obj, created = await create_or_read(self._kube, manifest)
+        if not created and ChildView(obj).held_by_another_session(session.uid):
+            # Still held by a finalizer (a claim is kept while a pod of the older session mounts it).
+            raise KubeError(f"{obj['kind']} {stale.namespace}/{stale.name} of an older session of this name "
+                            "is still being deleted; will retry", kind=obj["kind"])  # fmt: skip
+        return obj, created
 
     async def _claim(self, observed: Observed, action: ClaimPod, outcome: Outcome) -> None:
         """Tries the candidates in order; a pod another session took first (a Conflict) is skipped. When all are

@@ -12,6 +12,7 @@ from functools import cached_property
 
 from pydantic import ValidationError
 
+from agentsession.api.constants import KIND
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionStatus, Condition, ConditionType
 from agentsession.api.session_ref import SessionRef
@@ -101,7 +102,20 @@ class SessionView(_Meta):
         return found is not None and found.status == "True"
 
 
-class PodView(_Meta):
+class ChildView(_Meta):
+    """An object a session owns (its Pod, token Secret, workspace claim): whose it is."""
+
+    def owned_by(self, uid: str) -> bool:
+        return any(ref.get("uid") == uid for ref in self.meta.get("ownerReferences") or [])
+
+    def held_by_another_session(self, uid: str) -> bool:
+        """Owned by an AgentSession other than `uid`: left by an older session of the same name, and about to be
+        deleted by the garbage collector."""
+        refs = self.meta.get("ownerReferences") or []
+        return any(ref.get("kind") == KIND and ref.get("uid") != uid for ref in refs)
+
+
+class PodView(ChildView):
     @property
     def phase(self) -> str | None:
         value = (self.body.get("status") or {}).get("phase")
@@ -118,9 +132,6 @@ class PodView(_Meta):
     def ip(self) -> str | None:
         value = (self.body.get("status") or {}).get("podIP")
         return str(value) if value else None
-
-    def owned_by(self, uid: str) -> bool:
-        return any(ref.get("uid") == uid for ref in self.meta.get("ownerReferences") or [])
 
 
 class EventView(_Meta):

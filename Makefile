@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench crd mutation
+.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench soak crd mutation
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,18 @@ demo:
 
 bench: $(STAMP)
 	$(PY) -m benchmarks
+
+# Soak: SOAK_MINUTES (default 30) of create / prompt / suspend / resume / delete churn of demo-agent sessions, at
+# most SOAK_SESSIONS (default 6) at a time, on the local cluster's node (`make cluster-up image` first), prompts
+# through a real gateway; invariants checked every second, memory of the operator, the gateway and each agentctl
+# sampled. Takes SOAK_MINUTES plus about two minutes; fails on any violation. Samples and logs in build/soak/, the
+# plot in docs/soak-memory.svg (docs/benchmarks.md, "Soak").
+SOAK_MINUTES ?= 30
+SOAK_SESSIONS ?= 6
+soak: $(STAMP)
+	KUBECONFIG="$${KUBECONFIG:-$$(hack/cluster/kubeconfig.sh | tail -n1)}" \
+	  PATH="$${AGENTSESSION_CACHE:-$$HOME/.cache/agentsession}/bin:$$PATH" \
+	  $(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES) --sessions $(SOAK_SESSIONS) --plot docs/soak-memory.svg
 
 # Mutation testing of the pure core and agentctl's journal, events and permissions ([tool.mutmut] in
 # pyproject.toml says which), judged by tests/unit and tests/component; then the score per module, failing under

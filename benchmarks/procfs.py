@@ -1,0 +1,58 @@
+"""What /proc says about a process of this machine: its resident memory, when it started, and which agentctl
+holds a given token. A pod's processes are visible here only where the cluster's node is this machine (the local
+cluster); elsewhere the lookups find nothing and answer None or leave the token out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from agentsession.agentctl_api import TOKEN_ENV
+
+PROC = Path("/proc")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size (VmRSS); None once the process is gone."""
+    try:
+        status = (PROC / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def started_at(pid: int) -> float | None:
+    """When the process started, in seconds since boot: the clock of `time.monotonic()` on Linux."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name in parentheses may hold spaces; the fields after it are plain.
+    return int(stat.rsplit(")", 1)[1].split()[19]) / CLOCK_TICKS
+
+
+def agentctl_pids(tokens: Iterable[str]) -> dict[str, int]:
+    """The agentctl process of each token, found by the token in its environment (agentctl keeps it from the
+    processes it starts, so only agentctl has it); tokens of no visible process are left out."""
+    wanted = {f"{TOKEN_ENV}={token}".encode(): token for token in tokens}
+    found: dict[str, int] = {}
+    if not wanted:
+        return found
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for variable in environ.split(b"\0"):
+            token = wanted.get(variable)
+            if token is not None:
+                found[token] = int(entry.name)
+    return found

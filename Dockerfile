@@ -7,13 +7,18 @@
 ARG BASE_IMAGE=python:3.11-slim
 
 # Stage 1: a wheel for the project and for every dependency. hack/image/build.sh pre-fills
-# hack/image/wheelhouse on the host (so nothing is fetched here); otherwise pip builds them from PyPI.
+# hack/image/wheelhouse on the host (so nothing is fetched here); otherwise pip builds them from PyPI, after
+# the web console's xterm.js is vendored from npm (`make console-assets` on the host spares that).
 FROM ${BASE_IMAGE} AS wheels
 COPY . /src
 RUN set -eu; \
     if ls /src/hack/image/wheelhouse/agentsession-*.whl >/dev/null 2>&1; then \
         cp -r /src/hack/image/wheelhouse /wheels; \
     else \
+        if [ ! -f /src/operator/agentsession/gateway/console/vendor/VERSIONS ]; then \
+            apt-get update -qq && apt-get install -y -qq --no-install-recommends npm openssl >/dev/null; \
+            /src/hack/image/vendor-console.sh; \
+        fi; \
         python3 -m pip wheel --no-cache-dir --wheel-dir /wheels /src pip; \
     fi
 

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench soak crd mutation
+.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench soak crd mutation console-assets
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ cluster-kubeconfig:
 
 image:
 	hack/image/build.sh
+
+# xterm.js for the gateway's web console (pinned, from npm), into operator/agentsession/gateway/console/vendor.
+console-assets:
+	hack/image/vendor-console.sh
 
 # One image per known agent type (agentsession-claude-code, -codex, -gemini), from images/<type>.
 agent-images:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the project image with buildah, without a registry or network access inside the build:
 #   1. a Debian bookworm base with python3 and the CA bundle, made with mmdebstrap from Debian's mirror (cached by python3 version),
-#   2. wheels of the project and all its dependencies, built on this host with pip,
+#   2. wheels of the project (with the web console's xterm.js, hack/image/vendor-console.sh) and all its
+#      dependencies, built on this host with pip,
 #   3. the Dockerfile, fed that base and that wheelhouse,
 # then imports the result into the local cluster's containerd (namespace k8s.io) when it runs.
 #
@@ -51,6 +52,8 @@ if [ -n "$base_minor" ] && [ "$base_minor" != "$host_minor" ]; then
 fi
 
 # ---------------------------------------------------------------- wheelhouse
+# The web console's xterm.js goes into the package before the wheel is built.
+"$ROOT/hack/image/vendor-console.sh"
 log "building wheels with $host_py (python $host_minor)"
 rm -rf "$WHEELHOUSE"
 mkdir -p "$WHEELHOUSE"

@@ -47,12 +47,28 @@ async def test_permission_answered(agentctl: Agentctl) -> None:
     assert resolved["seq"] > request["seq"]
     turn = await frames_until(updates, lambda f: f["kind"] == "turn_end")
     assert "Permission outcome: selected reject." in message_text(turn)
+    assert not (agentctl.workdir / "demo.txt").exists(), "a rejected write was written"
 
     status, body = await agentctl.post(
         "/api/v1/acp/permissions/respond", {"pending_id": pending["pending_id"], "cancelled": True}
     )
     assert status == 404
     assert pending["pending_id"] in body["message"]
+
+
+async def test_an_allowed_write_is_written(agentctl: Agentctl) -> None:
+    await agentctl.post("/api/v1/start", {})
+    perms = await agentctl.ws("/api/v1/acp/permissions/stream")
+    updates = await agentctl.ws("/api/v1/acp/stream")
+    await agentctl.post("/api/v1/acp/prompt?wait=false", {"prompt": "write it, with permission"})
+    request = (await frames_until(perms, lambda f: f["kind"] == "permission_request"))[-1]
+    status, _ = await agentctl.post(
+        "/api/v1/acp/permissions/respond",
+        {"pending_id": request["notification"]["pending_id"], "option_id": "allow"},
+    )
+    assert status == 200
+    await frames_until(updates, lambda f: f["kind"] == "turn_end")
+    assert (agentctl.workdir / "demo.txt").read_text() == "Written by the demo agent in turn 1.\n"
 
 
 async def test_unanswered_permission_times_out_to_cancelled(agentctl: Agentctl) -> None:

@@ -22,7 +22,14 @@ from agentsession.gateway.events import (
     ShellOutput,
 )
 from agentsession.gateway.lifecycle_dialect import LifecycleCodec
-from agentsession.gateway.status import AGENT_INFO_FIELDS, LiveState, agent_info, derive_status
+from agentsession.gateway.status import (
+    AGENT_INFO_FIELDS,
+    CLUSTER_STATE_FIELDS,
+    LiveState,
+    agent_info,
+    cluster_state,
+    derive_status,
+)
 from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.kube.views import SessionView
 
@@ -193,6 +200,41 @@ def test_task_envelope_and_readiness_notification() -> None:
     err = codec.encode(unknown)
     assert err is not None
     assert (err["id"], err["type"], err["payload"]["code"]) == ("2", "error", "UNKNOWN_ACTION")
+
+
+def test_cluster_state_is_the_phase_conditions_and_startup_beside_agent_info() -> None:
+    obj = session(phase="Starting")
+    obj["status"].update(podName="a-agent", startup={"source": "Cold", "agentctlReadySeconds": 1.25})
+    state = cluster_state(obj)
+    assert tuple(state) == CLUSTER_STATE_FIELDS
+    assert state["phase"] == "Starting"
+    assert state["conditions"][0] == {"type": "Ready", "status": "False", "reason": "Starting", "message": "",
+                                      "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    assert (state["podName"], state["startup"]) == (
+        "a-agent",
+        {"source": "Cold", "agentctlReadySeconds": 1.25},
+    )
+    assert cluster_state({"metadata": {"namespace": "ns", "name": "new"}})["conditions"] == []
+
+
+def test_suspend_and_the_cluster_state_in_both_dialects() -> None:
+    lifecycle, task = LifecycleCodec(), TaskCodec()
+    assert lifecycle.decode('{"type":"suspend_agent","agentId":"ns/a"}') == c.Command(c.SUSPEND, "ns/a", {})
+    assert task.decode('{"id":"s","action":"task.suspend","payload":{"task_id":"ns/a"}}') == c.Command(
+        c.SUSPEND, "ns/a", {}, envelope_id="s"
+    )
+    cluster = {"phase": "Ready"}
+    changed = AgentStatusChanged("ns/a", {"status": "ready"}, 0.0, cluster)
+    assert (lifecycle.encode(changed) or {})["payload"]["cluster"] == cluster
+    assert (task.encode(changed) or {})["payload"]["cluster"] == cluster
+    hello = lifecycle.hello([{"id": "ns/a"}], {"ns/a": cluster})
+    assert hello == {
+        "type": "session_state",
+        "payload": {"agents": [{"id": "ns/a"}], "cluster": {"ns/a": cluster}},
+    }
+    answered = lifecycle.encode(Reply(c.SUSPEND, {"agentId": "ns/a", "suspended": True}, "r"))
+    assert answered == {"type": "ack", "payload": {"requestType": "suspend_agent", "requestId": "r",
+                                                   "agentId": "ns/a", "suspended": True}}  # fmt: skip
 
 
 def test_ttl_cache_is_bounded() -> None:

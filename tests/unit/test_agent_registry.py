@@ -81,6 +81,9 @@ class Client:
     def statuses(self) -> list[str]:
         return [e.info["status"] for e in self.events if isinstance(e, AgentStatusChanged)]
 
+    def phases(self) -> list[str | None]:
+        return [e.cluster.get("phase") for e in self.events if isinstance(e, AgentStatusChanged)]
+
     def updates(self) -> list[int]:
         return [e.seq for e in self.events if isinstance(e, AgentUpdate)]
 
@@ -138,13 +141,31 @@ async def gateway() -> AsyncIterator[Gateway]:
 
 async def test_readiness_is_announced_and_the_update_stream_opened(gateway: Gateway) -> None:
     await gateway.session(ready=False)
-    await until("initializing", lambda: gateway.client.statuses() == ["initializing"])
+    # One for the new object, maybe one for its first status: a phase change is news, the status stays.
+    await until("initializing", lambda: set(gateway.client.statuses()) == {"initializing"})
     await gateway.operator_writes(ready=True)
     await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
     ready = [e for e in gateway.client.events if isinstance(e, AgentctlReady)]
     assert [(e.agent_id, e.task_session_id) for e in ready] == [(AGENT, "pod-1")]
     assert gateway.agentctls.connections[0] == (endpoint("10.0.0.7"), "secret-token")
     assert (await gateway.registry.ready_client(KEY)).endpoint == endpoint("10.0.0.7")
+
+
+async def test_a_new_phase_is_published_with_its_conditions_though_the_status_stays(gateway: Gateway) -> None:
+    await gateway.session(ready=False, phase="Pending", message="waiting for the scheduler")
+    await until("Pending", lambda: gateway.client.phases()[-1:] == ["Pending"])
+    await gateway.operator_writes(ready=False, phase="Starting", message="agentctl is starting")
+    await until("Starting", lambda: gateway.client.phases()[-1:] == ["Starting"])
+    last = [e for e in gateway.client.events if isinstance(e, AgentStatusChanged)][-1]
+    assert last.info["status"] == "initializing"
+    ready = next(c for c in last.cluster["conditions"] if c["type"] == "Ready")
+    assert (ready["reason"], ready["message"]) == ("Starting", "agentctl is starting")
+    # The same status again is no news.
+    count = len(gateway.client.phases())
+    await gateway.operator_writes(ready=False, phase="Starting", message="agentctl is starting")
+    await gateway.operator_writes(ready=True)
+    await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
+    assert gateway.client.phases()[count:][:1] == ["Ready"], "the repeated status was published again"
 
 
 async def test_agentctl_ready_before_acp_starts_then_ready_once_it_has(gateway: Gateway) -> None:

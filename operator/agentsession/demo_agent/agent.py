@@ -1,6 +1,7 @@
 """The demo agent's behaviour. Everything it says follows from the prompt text, so tests can rely on it.
 
-Cues in the prompt: "permission" asks the client for a permission; "__slow__" streams slowly (for cancel);
+Cues in the prompt: "permission" asks the client for a permission to write demo.txt in the session's working
+directory, and writes it when allowed; "__slow__" streams slowly (for cancel);
 "__burst N__" (or "__burst N every Uus__") streams N timestamped chunks (for the benchmark); "__garbage__" prints a non-JSON line;
 "__die__" exits in the middle of the turn; "__mode ID__" switches to mode ID on the agent's own account;
 "__odd__" sends session updates that the ACP schema rejects, as a newer agent may.
@@ -19,6 +20,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from acp import (
@@ -62,6 +64,8 @@ MODES = (
     SessionMode(id="code", name="Code", description="Write code in the workspace"),
 )
 MODE_CONFIG_ID = "mode"
+# What an allowed permission request writes.
+DEMO_FILE = "demo.txt"
 _MODE_CUE = re.compile(r"__mode ([A-Za-z0-9_-]+)__")
 # Two of a kind the schema does not know, and a known kind with a field of the wrong type.
 ODD_UPDATES = (
@@ -331,12 +335,15 @@ class DemoAgent:
             PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
         ]
         tool_call = ToolCallUpdate(
-            tool_call_id=call_id, title="Write demo.txt", kind="edit", status="pending"
+            tool_call_id=call_id, title=f"Write {DEMO_FILE}", kind="edit", status="pending"
         )
         resp = await self.client.request_permission(
             session_id=session.session_id, tool_call=tool_call, options=options
         )
         outcome = resp.outcome
-        if getattr(outcome, "outcome", "") == "selected":
-            return f"selected {outcome.option_id}"
-        return "cancelled"
+        if getattr(outcome, "outcome", "") != "selected":
+            return "cancelled"
+        if outcome.option_id == "allow":
+            text = f"Written by the demo agent in turn {session.turns}.\n"
+            await asyncio.to_thread(Path(session.cwd, DEMO_FILE).write_text, text)
+        return f"selected {outcome.option_id}"

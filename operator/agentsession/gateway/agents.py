@@ -27,7 +27,7 @@ from agentsession.gateway.events import (
     RequestError,
     ShellOutput,
 )
-from agentsession.gateway.status import LiveState, agent_id, agent_info
+from agentsession.gateway.status import LiveState, agent_id, agent_info, cluster_state
 from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateStream
 from agentsession.gateway.watch_cache import Key, SessionCache
 from agentsession.kube.client import Kube
@@ -72,7 +72,7 @@ class Runtime:
     # Survives stream restarts: the journal lives on the workspace and outlives agentctl restarts.
     position: JournalPosition = field(default_factory=JournalPosition)
     connected: asyncio.Event = field(default_factory=asyncio.Event)
-    last_info: dict[str, Any] | None = None
+    last_published: tuple[dict[str, Any], dict[str, Any]] | None = None  # (info, cluster state)
     shell: ShellStream | None = None
     shell_subscribers: set[Subscriber] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -126,15 +126,24 @@ class AgentRegistry:
 
     def infos(self, namespaces: Callable[[str], bool]) -> list[dict[str, Any]]:
         result = []
-        for obj in sorted(
-            self.cache.items(), key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])
-        ):
-            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-            if namespaces(key[0]):
-                info = self.info(key)
-                if info is not None:
-                    result.append(info)
+        for obj in self._visible(namespaces):
+            info = self.info((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+            if info is not None:
+                result.append(info)
         return result
+
+    def cluster_states(self, namespaces: Callable[[str], bool]) -> dict[str, dict[str, Any]]:
+        """`status.cluster_state` of each visible session, by agent id."""
+        return {
+            agent_id(obj["metadata"]["namespace"], obj["metadata"]["name"]): cluster_state(obj)
+            for obj in self._visible(namespaces)
+        }
+
+    def _visible(self, namespaces: Callable[[str], bool]) -> list[Manifest]:
+        return sorted(
+            (o for o in self.cache.items() if namespaces(o["metadata"]["namespace"])),
+            key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]),
+        )
 
     def session(self, key: Key) -> Manifest:
         obj = self.cache.get(key)
@@ -162,10 +171,15 @@ class AgentRegistry:
 
     def _publish_status(self, rt: Runtime, observed_at: float) -> None:
         info = self.info(rt.key)
-        if info is None or info == rt.last_info:
+        obj = self.cache.get(rt.key)
+        if info is None or obj is None:
             return
-        rt.last_info = info
-        self.broadcast(rt.key[0], AgentStatusChanged(rt.id, info, observed_at))
+        # A new phase or condition reason is news too, though the lifecycle status may stay `initializing`.
+        published = (info, cluster_state(obj))
+        if published == rt.last_published:
+            return
+        rt.last_published = published
+        self.broadcast(rt.key[0], AgentStatusChanged(rt.id, info, observed_at, published[1]))
 
     # --- watch events ---
 
@@ -360,6 +374,15 @@ class AgentRegistry:
                 lambda t: self._inits.pop(key, None) if self._inits.get(key) is t else None
             )
         await asyncio.shield(task)
+
+    async def suspend(self, key: Key) -> None:
+        """Asks the operator to suspend the session (`spec.suspend`); resuming is `start_and_wait`."""
+        if SessionView(self.session(key)).deleting:
+            raise RequestError(ErrorCode.CONFLICT, f"{agent_id(*key)} is being deleted")
+        try:
+            await self.kube.patch(AGENT_SESSIONS, key[0], key[1], {"spec": {"suspend": True}})
+        except KubeError as exc:
+            raise RequestError(ErrorCode.UPSTREAM_ERROR, f"cannot suspend {agent_id(*key)}: {exc}") from exc
 
     async def _start_and_wait(self, key: Key) -> None:
         session = SessionView(self.session(key))

@@ -20,8 +20,8 @@ class Codec(Protocol):
     def encode(self, event: Event) -> Frame | None:
         """An event → a frame for this dialect, or None when the dialect has nothing to say about it."""
 
-    def hello(self, agents: list[dict[str, Any]]) -> Frame | None:
-        """The frame sent right after connecting, given the agents the client may see."""
+    def hello(self, agents: list[dict[str, Any]], cluster: dict[str, dict[str, Any]]) -> Frame | None:
+        """The frame sent right after connecting, given the agents the client may see and their cluster states."""
 
     def needs_subscription(self, event: Event) -> bool:
         """True for events that go only to clients that subscribed to the agent."""

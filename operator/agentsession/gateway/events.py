@@ -12,6 +12,8 @@ class AgentStatusChanged:
     info: dict[str, Any]
     # monotonic time the cause was observed (watch event or upstream frame), for delivery latency.
     observed_at: float = 0.0
+    # `status.cluster_state`: the phase and conditions behind `info["status"]`.
+    cluster: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

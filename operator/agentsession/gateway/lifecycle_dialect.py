@@ -29,6 +29,7 @@ _INBOUND: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "send_agent_message": (c.PROMPT, ("agentId", "text"), ()),
     "set_agent_mode": (c.SET_MODE, ("agentId", "modeId"), ()),
     "cancel_agent_turn": (c.CANCEL, ("agentId",), ()),
+    "suspend_agent": (c.SUSPEND, ("agentId",), ()),
     "agent_permission_response": (c.PERMISSION_RESPONSE, ("agentId", "permissionId"), ("optionId",)),
     "list_agents": (c.LIST, (), ()),
     "ping": (c.PING, (), ()),
@@ -81,10 +82,10 @@ class LifecycleCodec:
     def encode(self, event: Event) -> Frame | None:
         if isinstance(event, AgentStatusChanged | AgentRemoved):
             info = event.info
-            return {
-                "type": "agent_status",
-                "payload": {"agentId": event.agent_id, "status": info["status"], "info": info},
-            }
+            status: dict[str, Any] = {"agentId": event.agent_id, "status": info["status"], "info": info}
+            if isinstance(event, AgentStatusChanged):
+                status["cluster"] = event.cluster
+            return {"type": "agent_status", "payload": status}
         if isinstance(event, AgentUpdate):
             return _update(event)
         if isinstance(event, Reply):
@@ -104,8 +105,8 @@ class LifecycleCodec:
             return None
         return None
 
-    def hello(self, agents: list[dict[str, Any]]) -> Frame | None:
-        return {"type": "session_state", "payload": {"agents": agents}}
+    def hello(self, agents: list[dict[str, Any]], cluster: dict[str, dict[str, Any]]) -> Frame | None:
+        return {"type": "session_state", "payload": {"agents": agents, "cluster": cluster}}
 
     def needs_subscription(self, event: Event) -> bool:
         return isinstance(event, AgentUpdate)

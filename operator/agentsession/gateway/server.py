@@ -1,4 +1,5 @@
-"""The aiohttp application: `/ws` (both dialects), `/healthz`, `/readyz`, `/metrics`."""
+"""The aiohttp application: `/ws` (both dialects), `/healthz`, `/readyz`, `/metrics`, `/whoami`, and the web
+console's files at `/` and `/console/`."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import aiohttp
 from aiohttp import WSMsgType, web
 
 from agentsession.agentctl_client import http_connector
-from agentsession.gateway import metrics
+from agentsession.gateway import console, metrics
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.auth import (
     DEV_IDENTITY,
     Authenticator,
     AuthError,
+    Identity,
     extract_token,
 )
 from agentsession.gateway.codec import Codec
@@ -62,10 +64,10 @@ def _json_error(status: int, code: str, message: str) -> web.Response:
     return resp
 
 
-async def ws_handler(request: web.Request) -> web.StreamResponse:
+async def _admit(request: web.Request) -> tuple[Identity, set[str], set[str]] | web.Response:
+    """Who the client is, the namespaces it may see and the ones the gateway serves; or the refusal to send."""
     app = request.app
     config = app[CONFIG]
-    registry = app[REGISTRY]
     if not app[CACHE].synced:
         return _json_error(503, "not_ready", "the gateway is still loading AgentSessions; retry shortly")
     token, _ = extract_token(request)
@@ -77,7 +79,7 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
         except AuthError as exc:
             return _json_error(exc.status, exc.code, exc.message)
     auth = None if config.insecure_dev_mode else app[AUTH]
-    namespaces = {o["metadata"]["namespace"] for o in registry.cache.items()} | set(config.namespaces)
+    namespaces = {o["metadata"]["namespace"] for o in app[CACHE].items()} | set(config.namespaces)
     allowed = set()
     for ns in namespaces:
         if auth is None or await auth.allowed(identity, ns, "get"):
@@ -91,6 +93,34 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
             "forbidden",
             f"{identity.username} may not get agentsessions in any namespace this gateway serves",
         )
+    return identity, allowed, namespaces
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """What `/ws` would make of this request's token: the web console asks before it connects, since a browser
+    cannot read why a WebSocket handshake was refused."""
+    admitted = await _admit(request)
+    if isinstance(admitted, web.Response):
+        return admitted
+    identity, allowed, _ = admitted
+    return web.json_response(
+        {
+            "user": identity.username,
+            "namespaces": sorted(ns for ns in allowed if ns),
+            "insecureDevMode": identity.anonymous_dev,
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def ws_handler(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    config = app[CONFIG]
+    registry = app[REGISTRY]
+    admitted = await _admit(request)
+    if isinstance(admitted, web.Response):
+        return admitted
+    identity, _, namespaces = admitted
     dialect = choose_dialect(request)
     offered = request.headers.get("Sec-WebSocket-Protocol", "")
     ws = web.WebSocketResponse(
@@ -109,7 +139,11 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
         allowed = {ns for ns in namespaces if await conn.authorize_namespace(ns)}
         # Registered before the snapshot is taken, so no change falls between the snapshot and the stream.
         registry.subscribers.add(conn)
-        hello = codec.hello(registry.infos(lambda ns: ns in allowed))
+
+        def visible(ns: str) -> bool:
+            return ns in allowed
+
+        hello = codec.hello(registry.infos(visible), registry.cluster_states(visible))
         if hello is not None:
             conn.send_frame(hello, label="hello")
         await _serve(conn, app[SERVICE])
@@ -172,6 +206,8 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/whoami", whoami)
+    console.add_routes(app)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         client = kube or await connect(config.kubeconfig)

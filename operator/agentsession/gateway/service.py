@@ -24,6 +24,7 @@ _MUTATING = {
     c.PROMPT,
     c.SET_MODE,
     c.CANCEL,
+    c.SUSPEND,
     c.PERMISSION_RESPONSE,
     c.SHELL_SUBSCRIBE,
     c.SHELL_INPUT,
@@ -87,7 +88,10 @@ class Service:
         if cmd.action == c.LIST:
             namespaces = {o["metadata"]["namespace"] for o in reg.cache.items()}
             allowed = {ns for ns in namespaces if await conn.authorize_namespace(ns)}
-            return {"agents": reg.infos(lambda ns: ns in allowed)}
+            return {
+                "agents": reg.infos(lambda ns: ns in allowed),
+                "cluster": reg.cluster_states(lambda ns: ns in allowed),
+            }
         key = await self._key(conn, cmd)
         agent = cmd.agent_id or ""
         if cmd.action == c.INITIALIZE:
@@ -114,6 +118,9 @@ class Service:
         if cmd.action == c.CANCEL:
             cancelled = await (await reg.ready_client(key)).cancel()
             return {"agentId": agent, "turnRunning": cancelled.turn_running}
+        if cmd.action == c.SUSPEND:
+            await reg.suspend(key)
+            return {"agentId": agent, "suspended": True}
         if cmd.action == c.PERMISSION_RESPONSE:
             answered = await (await reg.ready_client(key)).respond_permission(
                 cmd.args["permissionId"], cmd.args.get("optionId"), cmd.args.get("cancelled", False)

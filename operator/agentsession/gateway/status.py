@@ -27,6 +27,10 @@ AGENT_INFO_FIELDS = (
     "cwd",
 )
 
+# What the console shows of the cluster's view: the summary phase, every condition with the reason that explains
+# it, the pod, and how long its start took.
+CLUSTER_STATE_FIELDS = ("phase", "conditions", "podName", "restartCount", "startTime", "readyTime", "startup")
+
 
 @dataclass(frozen=True)
 class LiveState:
@@ -94,3 +98,16 @@ def agent_info(body: Manifest, live: LiveState | None) -> dict[str, Any]:
         "title": spec.get("title") or session.name,
         "cwd": spec.get("cwd") or workspace.get("mountPath") or "/workspace",
     }
+
+
+def cluster_state(body: Manifest) -> dict[str, Any]:
+    """The AgentSession's status as a person reads it: phase, conditions (type, status, reason, message, since),
+    the pod, and the startup timings. Sent next to AgentInfo, which keeps exactly the protocol's fields."""
+    status = SessionView(body).status
+    fields = status.model_dump(mode="json", include=set(CLUSTER_STATE_FIELDS))
+    fields["conditions"] = [
+        c.model_dump(mode="json", exclude={"observedGeneration"}) for c in status.conditions
+    ]
+    if status.startup is not None:
+        fields["startup"] = status.startup.model_dump(mode="json", exclude_none=True)
+    return {name: fields.get(name) for name in CLUSTER_STATE_FIELDS}

@@ -37,6 +37,7 @@ _ACTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "session.prompt": (c.PROMPT, ("task_id", "text"), ()),
     "session.set_mode": (c.SET_MODE, ("task_id", "mode_id"), ()),
     "session.cancel": (c.CANCEL, ("task_id",), ()),
+    "task.suspend": (c.SUSPEND, ("task_id",), ()),
     "permission.respond": (c.PERMISSION_RESPONSE, ("task_id", "pending_id"), ("option_id",)),
     "shell.status": (c.SHELL_STATUS, ("task_id",), ()),
     "shell.subscribe": (c.SHELL_SUBSCRIBE, ("task_id",), ()),
@@ -138,7 +139,12 @@ class TaskCodec:
             return envelope(
                 "notification",
                 "task.status",
-                {"task_id": event.agent_id, "status": event.info["status"], "info": event.info},
+                {
+                    "task_id": event.agent_id,
+                    "status": event.info["status"],
+                    "info": event.info,
+                    "cluster": event.cluster,
+                },
             )
         if isinstance(event, AgentRemoved):
             return envelope("notification", "task.deleted", {"task_id": event.agent_id})
@@ -171,7 +177,7 @@ class TaskCodec:
             )
         return None
 
-    def hello(self, agents: list[dict[str, Any]]) -> Frame | None:
+    def hello(self, agents: list[dict[str, Any]], cluster: dict[str, dict[str, Any]]) -> Frame | None:
         return None
 
     def needs_subscription(self, event: Event) -> bool:

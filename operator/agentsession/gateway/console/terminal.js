@@ -1,0 +1,129 @@
+// The session's shell in xterm.js, over its own task-dialect WebSocket: `task.subscribe`, then `shell.subscribe`
+// once the gateway says agentctl is ready; `shell.output` is written to the terminal, keystrokes go back as
+// `shell.input`. After a reconnection the terminal is redrawn from the buffer `shell.subscribe` returns, so no
+// output shows twice. Without the vendored xterm.js the panel says the terminal is unavailable.
+
+import { GatewaySocket, TASK } from "./gateway.js";
+
+let xterm;
+
+async function loadXterm() {
+  if (xterm !== undefined) return xterm;
+  try {
+    const [{ Terminal }, { FitAddon }] = await Promise.all([
+      import("./vendor/xterm/xterm.mjs"),
+      import("./vendor/addon-fit/addon-fit.mjs"),
+    ]);
+    const css = document.createElement("link");
+    css.rel = "stylesheet";
+    css.href = "/console/vendor/xterm/xterm.css";
+    document.head.append(css);
+    xterm = { Terminal, FitAddon };
+  } catch {
+    xterm = null;
+  }
+  return xterm;
+}
+
+export class ShellPanel {
+  constructor(container, stateLine, token) {
+    this.container = container;
+    this.stateLine = stateLine;
+    this.token = token;
+    this.socket = null;
+    this.term = null;
+    this.agentId = null;
+    this.subscribed = false;
+    this.resize = new ResizeObserver(() => this.fit?.fit());
+  }
+
+  say(text) {
+    this.stateLine.textContent = text;
+  }
+
+  async open(agentId) {
+    this.close();
+    this.agentId = agentId;
+    const lib = await loadXterm();
+    if (this.agentId !== agentId) return;
+    if (!lib) {
+      this.say("Terminal unavailable: this gateway was built without xterm.js (make console-assets).");
+      return;
+    }
+    this.term = new lib.Terminal({ convertEol: false, cursorBlink: true, fontSize: 13, scrollback: 2000 });
+    this.fit = new lib.FitAddon();
+    this.term.loadAddon(this.fit);
+    this.term.open(this.container);
+    this.fit.fit();
+    this.resize.observe(this.container);
+    this.term.onData((data) => {
+      if (!this.subscribed) return;
+      this.socket
+        .request({ action: "shell.input", payload: { task_id: agentId, data } })
+        .catch((err) => this.say(`Input not delivered: ${err.message}`));
+    });
+    this.say("Waiting for agentctl…");
+    this.socket = new GatewaySocket({
+      dialect: TASK,
+      token: this.token,
+      onFrame: (frame) => this.onFrame(frame),
+      onState: (s) => this.onState(s),
+    });
+    this.socket.start();
+  }
+
+  close() {
+    this.agentId = null;
+    this.subscribed = false;
+    this.resize.disconnect();
+    this.socket?.stop();
+    this.socket = null;
+    this.term?.dispose();
+    this.term = null;
+    this.fit = null;
+    this.container.replaceChildren();
+    this.say("");
+  }
+
+  onState({ state, delay }) {
+    if (state === "open") {
+      this.socket
+        .request({ action: "task.subscribe", payload: { task_id: this.agentId } })
+        .then((answer) => {
+          if (!answer.agentctl_ready) this.say("Waiting for agentctl to be ready…");
+        })
+        .catch((err) => this.say(`Cannot follow this session: ${err.message}`));
+    } else if (state === "lost") {
+      this.subscribed = false;
+      this.say(`Shell connection lost; reconnecting in ${Math.round(delay / 1000)} s…`);
+    }
+  }
+
+  onFrame(frame) {
+    if (frame.type !== "notification" || frame.payload?.task_id !== this.agentId) return;
+    if (frame.action === "task.session.agentctl_ready") {
+      this.subscribe();
+    } else if (frame.action === "shell.output" && this.subscribed) {
+      if (frame.payload.type === "exit") {
+        this.subscribed = false;
+        this.say("The shell ended.");
+      } else {
+        this.term.write(frame.payload.data);
+      }
+    }
+  }
+
+  async subscribe() {
+    const agentId = this.agentId;
+    try {
+      const answer = await this.socket.request({ action: "shell.subscribe", payload: { task_id: agentId } });
+      if (this.agentId !== agentId || !this.term) return;
+      this.term.reset();
+      this.term.write(answer.buffer || "");
+      this.subscribed = true;
+      this.say("Connected to the session's shell.");
+    } catch (err) {
+      this.say(`Shell unavailable: ${err.message}`);
+    }
+  }
+}

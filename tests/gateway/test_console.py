@@ -4,7 +4,7 @@ process (authentication on) and a real session whose pod runs on the node.
 A person signs in with a service account's token, watches the session become Ready in the list, opens it,
 prompts with Enter, answers the permission request, and finds the file the agent wrote by typing into the
 session's shell. The connection is then cut and restored: the page says so, reconnects, and shows the
-conversation and the terminal once, not twice. The same pages at a phone's width must not scroll sideways.
+conversation and the terminal once, not twice. Suspend and Resume bring the same conversation back on a new pod. The same pages at a phone's width must not scroll sideways.
 Screenshots go to the test's tmp dir (and, with AGENTSESSION_CONSOLE_SCREENSHOTS=DIR, to DIR: that is how
 docs/images/console-*.png were made).
 """
@@ -113,7 +113,8 @@ async def test_a_person_prompts_answers_a_permission_and_sees_the_file_in_the_sh
         )
 
         # The session appears while it starts, and goes Ready with its startup timings.
-        sessions.create("console", {"title": "Console demo", "workspace": {"emptyDir": True}})
+        # A volume, so the journal outlives the pod when it is suspended.
+        sessions.create("console", {"title": "Console demo", "workspace": {"size": "64Mi"}})
         row = page.locator(f'#sessions-body tr[data-id="{agent_id}"]')
         await page.wait_for_function(STARTING_WITH_A_REASON, arg=agent_id, timeout=WAIT_MS)
         await expect(row.locator(".status")).to_have_text("ready", timeout=WAIT_MS * 2)
@@ -165,6 +166,19 @@ async def test_a_person_prompts_answers_a_permission_and_sees_the_file_in_the_sh
         )
         rows = await terminal.inner_text()
         assert rows.count(WRITTEN) == 1, rows
+
+        # Suspend, then resume: a new pod, the same conversation from the journal, the shell attached again.
+        await page.get_by_role("button", name="Suspend").click()
+        await expect(page.locator("#session-status")).to_have_text("completed", timeout=WAIT_MS)
+        await expect(page.locator("#session-state")).to_contain_text("Suspended.")
+        await expect(prompt).to_be_disabled()
+        await page.get_by_role("button", name="Resume").click()
+        await expect(page.locator("#session-status")).to_have_text("ready", timeout=WAIT_MS * 2)
+        await expect(prompt).to_be_enabled(timeout=WAIT_MS)
+        await expect(page.locator("#transcript .entry")).to_have_text(conversation)
+        await expect(page.locator("#terminal-state")).to_have_text(
+            "Connected to the session's shell.", timeout=WAIT_MS
+        )
 
         # A phone's width: one column, nothing wider than the screen.
         await page.set_viewport_size(PHONE)

@@ -276,6 +276,20 @@ async def test_initialize_resumes_a_suspended_session_once_for_concurrent_caller
     assert gateway.connected()
 
 
+async def test_suspend_sets_spec_suspend_and_initialize_resumes(gateway: Gateway) -> None:
+    await gateway.session(ready=True)
+    await until("cached", lambda: gateway.cache.get(KEY) is not None)
+    await gateway.registry.suspend(KEY)
+    assert gateway.kube.find(KIND, NS, NAME)["spec"]["suspend"] is True  # type: ignore[index]
+    await until("seen suspended", lambda: gateway.cache.get(KEY)["spec"]["suspend"] is True)  # type: ignore[index]
+    resuming = asyncio.create_task(gateway.registry.start_and_wait(KEY))
+    await until("resumed", lambda: gateway.kube.find(KIND, NS, NAME)["spec"]["suspend"] is False)  # type: ignore[index]
+    await resuming
+    with pytest.raises(RequestError) as gone:
+        await gateway.registry.suspend((NS, "nope"))
+    assert gone.value.code == ErrorCode.NOT_FOUND
+
+
 async def test_initialize_reports_a_failed_session_with_its_reason(gateway: Gateway) -> None:
     await gateway.session(suspend=True)
     await until("cached", lambda: gateway.cache.get(KEY) is not None)

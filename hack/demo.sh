@@ -7,7 +7,9 @@
 #      Pod Security Standard;
 #   4. examples/demo.yaml applied there, waited for until Ready;
 #   5. a WebSocket client of the gateway (hack/demo_client.py) printing the events of one prompt;
-#   6. `kubectl get ags` and the session's Events.
+#   6. `kubectl get ags` and the session's Events;
+#   7. how to go on by hand: the web console (the gateway's `/`, through a port-forward the demo leaves running)
+#      and `kubectl agentsession attach`.
 # Re-runs are safe: every step converges, and the demo session is recreated so its first prompt runs again.
 #
 # Environment:
@@ -198,7 +200,15 @@ kubectl -n "$DEMO_NS" wait --for=condition=Ready "agentsession/$SESSION" --timeo
 step "Gateway client: readiness, init and update events of one prompt"
 # The release and the chart share the name "agentsession", so the chart's fullname is just that.
 gateway_svc="$RELEASE-gateway"
-port="$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# 8090 when it is free, so the web console's address is the same from run to run.
+port="$("$PY" -c '
+import socket
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", 8090))
+except OSError:
+    s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')"
 pf_log="$(mktemp)"
 kubectl -n "$RELEASE_NS" port-forward "svc/$gateway_svc" --address 127.0.0.1 "$port:80" >"$pf_log" 2>&1 &
 pf_pid=$!
@@ -216,10 +226,13 @@ done
 if [ -z "$url" ]; then
   # Without kubelet port-forwarding, the Service's cluster IP still answers from a node of the local cluster.
   kill "$pf_pid" 2>/dev/null || true
+  pf_pid=""
   ip="$(kubectl -n "$RELEASE_NS" get svc "$gateway_svc" -o jsonpath='{.spec.clusterIP}')"
   say "port-forward unavailable ($(tail -n1 "$pf_log")); using the Service at $ip"
   url="ws://$ip:80/ws"
 fi
+console="${url%/ws}/"
+console="http${console#ws}"
 if [ "${DEMO_DEV_MODE:-0}" = 1 ]; then
   say "connecting to $url (dev mode: no token)"
 else
@@ -243,6 +256,32 @@ step "Events of agentsession/$SESSION"
 uid="$(kubectl -n "$DEMO_NS" get agentsession "$SESSION" -o jsonpath='{.metadata.uid}')"
 kubectl -n "$DEMO_NS" get events --field-selector "involvedObject.uid=$uid" \
   --sort-by=.metadata.name -o custom-columns='TYPE:.type,REASON:.reason,MESSAGE:.message' | sed 's/^/    /'
+
+step "Your turn: the web console and the kubectl plugin"
+if [ "${DEMO_DEV_MODE:-0}" = 1 ]; then
+  token_step="no token: the gateway runs in dev mode"
+  as_user=""
+else
+  token_step="its token: kubectl -n $DEMO_NS create token demo-client"
+  # The demo's kubeconfig may know you by a client certificate, which the gateway cannot check: the plugin asks
+  # for a token of the demo's client account instead.
+  as_user=" --service-account demo-client"
+fi
+if [ -n "$pf_pid" ]; then
+  # The port-forward outlives the demo, so the console opens at once.
+  trap 'rm -f "$pf_log"' EXIT
+  disown "$pf_pid"
+  say "web console: open $console  ($token_step)"
+  say "  through kubectl port-forward (pid $pf_pid); stop it with: kill $pf_pid"
+  say "  again later: kubectl -n $RELEASE_NS port-forward svc/$gateway_svc 8090:80, then http://127.0.0.1:8090/"
+else
+  say "web console: open $console from a node of the cluster  ($token_step)"
+fi
+# The plugin: .venv/bin/kubectl-agentsession, or operator/agentsession/kubectl_plugin.py copied onto the PATH.
+say "kubectl plugin (it finds the gateway's Service and port-forwards by itself):"
+say "  export PATH=\"$ROOT/.venv/bin:\$PATH\""
+say "  kubectl agentsession attach $SESSION -n $DEMO_NS$as_user"
+say "  kubectl agentsession prompt $SESSION -n $DEMO_NS$as_user 'Say hello'    # exit status: the stop reason"
 
 step "Demo done in $((SECONDS - START))s"
 say "kubectl -n $DEMO_NS describe ags $SESSION    # conditions and Events"

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """A small WebSocket client of the gateway, for `make demo`: lists the agents, initializes one, sends it a prompt,
-answers its permission request, and prints each readiness / init / update event as it arrives.
+answers its permission request, and prints each readiness / init / update event as it arrives. It speaks the
+lifecycle dialect frame by frame to show it; connecting and reading updates is the kubectl plugin's code
+(`agentsession.kubectl_plugin`).
 
     python hack/demo_client.py ws://127.0.0.1:8090/ws agentsession-demo/demo "Write a file, with permission"
 
@@ -18,6 +20,8 @@ import time
 from typing import Any
 
 import aiohttp
+
+from agentsession.kubectl_plugin import PluginError, choose_option, describe_update, ws_connect
 
 SUBPROTOCOL = "agent-lifecycle.v1"
 DONE = {"ready", "completed"}
@@ -45,29 +49,11 @@ class Printer:
             )
 
 
-def describe_update(notification: dict[str, Any]) -> tuple[str, str | None]:
-    """(kind, text) of an ACP session/update notification, or its message chunk text."""
-    update = notification.get("update", notification)
-    kind = update.get("sessionUpdate") or update.get("session_update") or "update"
-    if kind in ("agent_message_chunk", "user_message_chunk", "agent_thought_chunk"):
-        content = update.get("content") or {}
-        return kind, content.get("text", "")
-    if kind in ("tool_call", "tool_call_update"):
-        title = update.get("title") or update.get("toolCallId", "")
-        return kind, f"{title} ({update.get('status', '')})"
-    if kind == "current_mode_update":
-        return kind, update.get("currentModeId") or update.get("modeId")
-    return kind, None
-
-
 async def run(url: str, agent_id: str, prompt: str, turn_seconds: float) -> int:
-    headers = {}
-    if os.environ.get("AGENTSESSION_TOKEN"):
-        headers["Authorization"] = f"Bearer {os.environ['AGENTSESSION_TOKEN']}"
     out = Printer()
     async with (
         aiohttp.ClientSession() as http,
-        http.ws_connect(url, protocols=[SUBPROTOCOL], headers=headers, heartbeat=20) as ws,
+        await ws_connect(http, url, os.environ.get("AGENTSESSION_TOKEN"), SUBPROTOCOL) as ws,
     ):
         out.line("connected", f"{url} (subprotocol {ws.protocol})")
         await ws.send_json({"type": "initialize_agent_request", "agentId": agent_id, "requestId": "init-1"})
@@ -129,8 +115,7 @@ async def run(url: str, agent_id: str, prompt: str, turn_seconds: float) -> int:
                     out.line("agent_update", update_kind + (f": {text}" if text else ""))
             elif kind == "agent_permission_request":
                 options = payload.get("options") or []
-                choice = next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
-                choice = choice or (options[0] if options else None)
+                choice = choose_option(options, "allow") or (options[0] if options else None)
                 title = (payload.get("toolCall") or {}).get("title", "")
                 out.line(
                     "agent_permission_request", f"{title!r}; answering {choice and choice.get('optionId')}"
@@ -167,6 +152,9 @@ def main() -> int:
     args = parser.parse_args()
     try:
         return asyncio.run(run(args.url, args.agent, args.prompt, args.timeout))
+    except PluginError as exc:
+        print(f"  {exc}", file=sys.stderr)
+        return 1
     except (aiohttp.ClientError, OSError) as exc:
         print(f"  gateway not reachable at {args.url}: {exc}", file=sys.stderr)
         return 1

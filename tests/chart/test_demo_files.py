@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib.util
 from types import ModuleType
 
-import pytest
-
 from tests.conftest import REPO_ROOT
 
 DEMO = REPO_ROOT / "hack" / "demo.sh"
@@ -26,36 +24,17 @@ def test_make_demo_runs_the_script() -> None:
     assert "demo:\n\thack/demo.sh" in makefile
 
 
-@pytest.mark.parametrize(
-    ("notification", "expected"),
-    [
-        (
-            {"update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi"}}},
-            ("agent_message_chunk", "Hi"),
-        ),
-        (
-            {
-                "update": {
-                    "sessionUpdate": "tool_call",
-                    "toolCallId": "c1",
-                    "title": "List",
-                    "status": "pending",
-                }
-            },
-            ("tool_call", "List (pending)"),
-        ),
-        (
-            {"update": {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed"}},
-            ("tool_call_update", "c1 (completed)"),
-        ),
-        (
-            {"update": {"sessionUpdate": "current_mode_update", "currentModeId": "code"}},
-            ("current_mode_update", "code"),
-        ),
-        ({"update": {"sessionUpdate": "plan", "entries": []}}, ("plan", None)),
-    ],
-)
-def test_demo_client_describes_updates(
-    notification: dict[str, object], expected: tuple[str, str | None]
-) -> None:
-    assert _client().describe_update(notification) == expected
+def test_demo_client_speaks_through_the_plugins_protocol_code() -> None:
+    from agentsession import kubectl_plugin
+
+    client = _client()
+    for shared in ("describe_update", "choose_option", "ws_connect"):
+        assert getattr(client, shared) is getattr(kubectl_plugin, shared), shared
+
+
+def test_demo_ends_with_the_web_console_and_the_plugin() -> None:
+    script = DEMO.read_text()
+    # The console's address is the demo's own port-forward (or the Service), the token the demo's client's.
+    assert 'say "web console: open $console ' in script
+    assert "kubectl -n $DEMO_NS create token demo-client" in script
+    assert 'say "  kubectl agentsession attach $SESSION -n $DEMO_NS$as_user"' in script

@@ -13,12 +13,15 @@ import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.chart.conftest import CHART, run_helm
 from tests.conftest import REPO_ROOT
+from tests.gateway.conftest import service_account_token
+from tests.support.plugin import install_plugin, plugin_path, run_plugin
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
 
@@ -157,6 +160,19 @@ def test_session_reaches_ready_in_a_restricted_namespace(
     # One Event per phase change: the last one says the agent is ready, and how long the start took.
     assert "Ready: the agent is ready for prompts" in events, events
     assert "Warning" not in events, events
+
+
+async def test_kubectl_plugin_finds_the_gateway_through_its_service(
+    release: Release, kube_api: Any, tmp_path: Path
+) -> None:
+    """No --gateway: the plugin picks the release's gateway Service by its label and the namespaces it serves,
+    port-forwards to it, and reads the session's history with a token the gateway checks."""
+    token = service_account_token(kube_api, release.sessions, f"plugin-{release.scope}", ["get", "update"])
+    path = plugin_path(install_plugin(tmp_path / "bin").parent, release.kubectl)
+    code, run = await run_plugin(release.kubectl, path, "history", "demo", "-n", release.sessions,
+                                 "--kubeconfig", release.kubeconfig, "--token", token)  # fmt: skip
+    assert code == 0, f"{run!r}\n{release.diagnostics()}"
+    assert "you: Say hello and list the files in the workspace." in run.stdout, run
 
 
 def test_operator_stays_healthy(release: Release) -> None:

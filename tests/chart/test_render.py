@@ -13,6 +13,7 @@ import yaml
 
 from tests.chart.conftest import CHART, CI_VALUES, Manifest, Render, by_kind, one, run_helm
 from tests.conftest import CRD_FILES
+from tests.support.metric_names import exported_series, metric_names
 from tests.support.pod_security import restricted_violations
 
 VALUES_CASES = [pytest.param(None, id="default"), *(pytest.param(f, id=f.stem) for f in CI_VALUES)]
@@ -366,33 +367,6 @@ def test_gateway_replicas_service_and_disruption_budget(render: Render) -> None:
     assert not [m for m in render(set=["gateway.enabled=false"]) if "gateway" in m["metadata"]["name"]]
 
 
-def _known_metric_names() -> set[str]:
-    from prometheus_client.metrics import MetricWrapperBase
-
-    from agentsession.controller import metrics as operator_metrics
-
-    modules = [operator_metrics]
-    try:
-        from agentsession.gateway import metrics as gateway_metrics
-
-        modules.append(gateway_metrics)
-    except ImportError:
-        pass
-    names: set[str] = set()
-    for module in modules:
-        for value in vars(module).values():
-            if isinstance(value, MetricWrapperBase):
-                for metric in value.describe():
-                    names.add(metric.name)
-                    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
-                    names.update(metric.name + s for s in suffixes.get(metric.type, []))
-    return names
-
-
-def _metric_names_in(text: str) -> set[str]:
-    return set(re.findall(r"\bagentsession_[a-z_]+[a-z]\b", text))
-
-
 def test_monitoring_objects_are_optional(render: Render) -> None:
     default = render()
     assert by_kind(default, "ServiceMonitor") == []
@@ -415,16 +389,15 @@ def test_alerts_cover_the_operations_that_matter_and_use_real_metrics(render: Re
         "AgentSessionStartupSlow",
         "AgentSessionGatewaySlowConsumers",
     } <= set(alerts)
-    known = _known_metric_names()
+    known = exported_series()
     for name, alert in alerts.items():
         assert alert["labels"]["severity"] in ("critical", "warning"), name
         assert alert["annotations"]["summary"], name
         assert alert["annotations"]["description"], name
         assert alert.get("for"), f"{name} would fire on a single bad scrape"
-        unknown = _metric_names_in(alert["expr"]) - known
-        if "gateway" in name and not any(n.startswith("agentsession_gateway_") for n in known):
-            continue  # the gateway's metrics module is not importable in this checkout
-        assert unknown == set(), f"{name} uses metrics no component exports: {unknown}"
+        used = metric_names(alert["expr"])
+        assert used, f"{name}: no metric found in {alert['expr']!r}"
+        assert used <= known, f"{name} uses metrics no component exports: {used - known}"
 
 
 def test_grafana_dashboard_configmap(render: Render) -> None:
@@ -435,12 +408,20 @@ def test_grafana_dashboard_configmap(render: Render) -> None:
     assert dashboard["title"]
     panels = [p for p in dashboard["panels"] if p["type"] != "row"]
     assert len(panels) >= 10
-    exprs = " ".join(t["expr"] for p in panels for t in p["targets"])
-    unknown = _metric_names_in(exprs) - _known_metric_names()
-    gateway_known = any(n.startswith("agentsession_gateway_") for n in _known_metric_names())
-    if not gateway_known:
-        unknown = {n for n in unknown if not n.startswith("agentsession_gateway_")}
-    assert unknown == set(), f"dashboard panels query metrics no component exports: {unknown}"
+    known = exported_series()
+    for panel in panels:
+        for target in panel["targets"]:
+            used = metric_names(target["expr"])
+            assert used, f"panel {panel['title']!r}: no metric found in {target['expr']!r}"
+            assert used <= known, (
+                f"panel {panel['title']!r} queries metrics no component exports: {used - known}"
+            )
+    # Variables: Grafana's label_values(METRIC, LABEL).
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            metric = re.fullmatch(r"label_values\((\w+),\s*\w+\)", variable["definition"])
+            assert metric, variable["definition"]
+            assert metric.group(1) in known, f"variable {variable['name']} reads {metric.group(1)}"
     assert one(render(MONITORING), "ConfigMap", "-dashboard")["metadata"]["namespace"] == "monitoring"
 
 

@@ -101,3 +101,43 @@ kubectl_bin() {
 kc() { "$(kubectl_bin)" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 
 ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+# A component that exited stays a zombie until init reaps it, which here can take seconds: that counts as gone.
+alive() {
+  local state
+  state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# Sends SIGTERM to the named components together, then SIGKILL to any still running after `grace` seconds; their pid
+# files go. down.sh discards the cluster's data anyway, so a long graceful drain would buy nothing.
+stop_components() {
+  local grace="$1" name pid pending=()
+  shift
+  for name in "$@"; do
+    if pid="$(pid_of "$name")"; then kill -TERM "$pid" 2>/dev/null; pending+=("$name:$pid"); fi
+  done
+  [ ${#pending[@]} -eq 0 ] && return 0
+  local deadline=$(( $(date +%s%N) / 1000000 + grace * 1000 )) alive
+  while :; do
+    alive=0
+    for entry in "${pending[@]}"; do alive "${entry#*:}" && alive=1; done
+    [ $alive = 0 ] && break
+    if [ $(( $(date +%s%N) / 1000000 )) -ge $deadline ]; then
+      for entry in "${pending[@]}"; do
+        alive "${entry#*:}" || continue
+        warn "${entry%%:*} (pid ${entry#*:}) still running ${grace}s after SIGTERM; sending SIGKILL"
+        kill -KILL "${entry#*:}" 2>/dev/null
+      done
+      for _ in $(seq 1 50); do
+        alive=0
+        for entry in "${pending[@]}"; do alive "${entry#*:}" && alive=1; done
+        [ $alive = 0 ] && break
+        sleep 0.1
+      done
+      break
+    fi
+    sleep 0.1
+  done
+  for entry in "${pending[@]}"; do rm -f "$PIDS/${entry%%:*}.pid"; log "stopped ${entry%%:*}"; done
+}

@@ -152,6 +152,8 @@ start_daemon kube-apiserver "$K8S_BIN/kube-apiserver" \
 export KUBECONFIG="$ADMIN_KUBECONFIG"
 wait_for "kube-apiserver /readyz ok" 90 kube-apiserver kc get --raw /readyz
 
+# A node that stops reporting is marked NotReady (Unknown) 16 s after its last heartbeat instead of 50 s, so what
+# sessions show then can be tested in seconds; the kubelet renews its lease every 2.5 s (kubelet.yaml below).
 start_daemon kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
@@ -161,7 +163,7 @@ start_daemon kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --use-service-account-credentials \
   --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
   --cluster-name agentsession --service-cluster-ip-range "$SERVICE_CIDR" --cluster-cidr "$CLUSTER_CIDR" \
-  --allocate-node-cidrs=false --profiling=false --v=1
+  --allocate-node-cidrs=false --node-monitor-period 2s --node-monitor-grace-period 16s --profiling=false --v=1
 start_daemon kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
   --authentication-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
@@ -315,6 +317,8 @@ serializeImagePulls: false
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# The lease is renewed every quarter of its duration: 2.5 s, six times within the controller-manager's grace period.
+nodeLeaseDurationSeconds: 10
 EOF
 start_daemon kubelet "$K8S_BIN/kubelet" --config "$CLUSTER_DIR/kubelet.yaml" \
   --kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \

@@ -45,6 +45,12 @@ async def test_restart_mid_turn_resumes_with_load(spawn: Callable[..., Awaitable
     after_restart = await second.history()
     # Everything journaled before the kill is there, unchanged; the agent's replay added nothing.
     assert after_restart[: len(before)] == before
+    # The turn the kill cut short has its end, so no reader of the history waits for it.
+    ends = [e["notification"] for e in after_restart if e["kind"] == "turn_end"]
+    assert [end["stopReason"] for end in ends] == ["end_turn", "error"]
+    assert ends[-1]["sessionId"] == session_id
+    assert "agentctl stopped during this turn" in ends[-1]["error"]
+    assert after_restart[-1]["kind"] == "turn_end"
     assert [e["seq"] for e in after_restart] == list(range(1, len(after_restart) + 1))
     assert user_texts(after_restart) == ["initial prompt", f"__slow__ {words}"]
     st = await second.status()

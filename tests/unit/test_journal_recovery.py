@@ -62,3 +62,33 @@ def test_torn_line_that_ends_in_a_newline_is_dropped_too(tmp_path: Path) -> None
     assert reopened.read() == [*written, later]
     reopened.close()
     assert Journal(path).read() == [*written, later]
+
+
+def _prompt(session_id: str) -> dict[str, object]:
+    return {
+        "sessionId": session_id,
+        "update": {"sessionUpdate": "user_message_chunk", "content": {"text": "hi"}},
+    }
+
+
+def test_a_turn_begun_and_never_ended_is_found_on_reopen(tmp_path: Path) -> None:
+    """agentctl killed mid-turn leaves the user's prompt without its turn_end: the next one learns whose turn it
+    was; a turn that ended, or no turn at all, leaves nothing to close."""
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    assert journal.unfinished_turn is None
+    journal.append("session_update", _prompt("s1"))
+    journal.append("turn_end", {"sessionId": "s1", "stopReason": "end_turn"})
+    journal.close()
+    assert Journal(path).unfinished_turn is None
+
+    journal = Journal(path)
+    journal.append("session_update", _prompt("s1"))
+    journal.append("session_update", {"sessionId": "s1", "update": {"sessionUpdate": "agent_message_chunk"}})
+    journal.append("permission_request", {"session_id": "s1"})
+    journal.close()
+    reopened = Journal(path)
+    assert reopened.unfinished_turn == "s1"
+    reopened.append("turn_end", {"sessionId": "s1", "stopReason": "error"})
+    reopened.close()
+    assert Journal(path).unfinished_turn is None

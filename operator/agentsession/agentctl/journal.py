@@ -22,11 +22,27 @@ log = logging.getLogger(__name__)
 Entry = dict[str, Any]
 
 
+def _turn_after(entry: Entry, running: str | None) -> str | None:
+    """Whose turn is running after `entry`: a turn begins with the user's prompt, which agentctl journals itself,
+    and ends with its `turn_end`."""
+    if entry.get("kind") == "turn_end":
+        return None
+    notification = entry.get("notification")
+    if entry.get("kind") != "session_update" or not isinstance(notification, dict):
+        return running
+    update = notification.get("update")
+    if isinstance(update, dict) and update.get("sessionUpdate") == "user_message_chunk":
+        return str(notification.get("sessionId") or "")
+    return running
+
+
 class Journal:
     def __init__(self, path: Path) -> None:
         self._path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._id = self._identity(fresh=not path.exists())
+        # The session of a turn the file shows begun and never ended, as the last process left it.
+        self.unfinished_turn: str | None = None
         self._last_seq, self._last_timestamp = self._recover()
         # Appends are a few hundred bytes; a synchronous write to the page cache is cheaper than a thread hop
         # and keeps the order of entries identical to the order of the agent's messages.
@@ -83,6 +99,7 @@ class Journal:
                     last, last_timestamp = int(entry["seq"]), str(entry["timestamp"])
                 except (ValueError, KeyError, TypeError):
                     break
+                self.unfinished_turn = _turn_after(entry, self.unfinished_turn)
                 good_size += len(raw)
         if good_size != self._path.stat().st_size:
             log.warning(

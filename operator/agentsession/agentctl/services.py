@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from agentsession.agentctl.acp_bridge import AgentBridge
 
 
+TURN_CUT_SHORT = "agentctl stopped during this turn (it was killed or restarted); the turn was cut short"
+
+
 async def preload_acp() -> None:
     """Loads the ACP side in a thread while the event loop serves; a request that needs it before then waits on
     the import lock."""
@@ -62,6 +65,13 @@ class Services:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         metrics = Metrics()
         journal = Journal(config.journal_path)
+        if journal.unfinished_turn is not None:
+            # The agentctl before this one ended in the middle of a turn (killed, or its pod stopped without a
+            # drain), and its agent with it: the turn is over. Said so, no reader of the history waits for its end.
+            journal.append(
+                "turn_end",
+                {"sessionId": journal.unfinished_turn, "stopReason": "error", "error": TURN_CUT_SHORT},
+            )
         hub = EventHub(journal)
         permissions = PermissionBroker(hub, config.permission_timeout, metrics)
         transport: AgentTransport

@@ -200,6 +200,31 @@ def kubeconfig() -> Iterator[str]:
         yield chosen
 
 
+@pytest.fixture
+def local_cluster(kubeconfig: str) -> Iterator[Path]:
+    """The local cluster's directory, for tests that stop and start its daemons (`hack/cluster/component.sh`).
+
+    Only when the tests' cluster is that one and its control plane runs here (pid files of etcd and
+    kube-apiserver); elsewhere (kind, a remote cluster) they skip, or fail with AGENTSESSION_REQUIRE_CLUSTER=1.
+    Afterwards the API server must be ready again, whatever the tests did to it.
+    """
+    pids = CLUSTER_DIR / "pids"
+    if Path(kubeconfig) != LOCAL_KUBECONFIG:
+        _unavailable(
+            f"the tests' cluster ({kubeconfig}) is not the local one of hack/cluster, whose daemons they restart",
+            require_env=("AGENTSESSION_REQUIRE_CLUSTER",),
+        )
+    missing = [name for name in ("etcd", "kube-apiserver") if not (pids / f"{name}.pid").is_file()]
+    if missing:
+        _unavailable(
+            f"no pid file of {', '.join(missing)} in {pids}: the control plane was not started by hack/cluster/up.sh",
+            require_env=("AGENTSESSION_REQUIRE_CLUSTER",),
+        )
+    yield CLUSTER_DIR
+    error = _readyz_error(kubeconfig)
+    assert error is None, f"the API server is not ready after the test: {error}; see {CLUSTER_DIR / 'logs'}"
+
+
 @pytest.fixture(scope="session")
 def kube_api(kubeconfig: str) -> Iterator[Any]:
     """A `kubernetes.client.ApiClient` for the session's cluster."""

@@ -31,7 +31,7 @@ from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.pool_reconciler import PoolReconciler
 from agentsession.controller.reconciler import Reconciler
-from agentsession.controller.watch_health import WatchHealth
+from agentsession.controller.watch_health import WatchHealth, WatchStalled, liveness
 from agentsession.controller.work_queue import WorkQueue
 from agentsession.kube.client import Kube, connect
 from agentsession.kube.resources import AGENT_SESSIONS
@@ -223,22 +223,22 @@ def _watched(namespace: str, patterns: list[str]) -> bool:
 
 
 @kopf.on.probe(id="watch")
-async def watch_is_live(memo: kopf.Memo, **_: Any) -> dict[str, int]:
+async def watch_is_live(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     state = _state(memo)
+    try:
+        return await liveness(state.watch_health, _listed_versions(state), time.monotonic())
+    except WatchStalled as error:
+        raise kopf.PermanentError(str(error)) from error
+
+
+async def _listed_versions(state: OperatorState) -> dict[tuple[str, str], str]:
+    """The resourceVersion of every served AgentSession, as the API lists them now."""
     namespaces: list[str | None] = (
         list(state.config.namespaces) if state.config.watches_fixed_namespaces else [None]
     )
-    listed = {
+    return {
         (item["metadata"]["namespace"], item["metadata"]["name"]): str(item["metadata"]["resourceVersion"])
         for namespace in namespaces
         for item in (await state.kube.list(AGENT_SESSIONS, namespace)).items
         if _watched(item["metadata"]["namespace"], state.config.namespaces)
     }
-    stalled = state.watch_health.stalled(listed, time.monotonic())
-    if stalled:
-        names = ", ".join(f"{ns}/{name}" for ns, name in stalled[:5])
-        raise kopf.PermanentError(
-            f"the AgentSession watch is stalled: {len(stalled)} object(s) changed with no watch event "
-            f"for over {state.config.watch_stall_seconds:.0f}s ({names}); restart the operator"
-        )
-    return {"sessions": len(listed)}

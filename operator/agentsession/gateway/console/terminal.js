@@ -5,6 +5,8 @@
 
 import { GatewaySocket, TASK } from "./gateway.js";
 
+const SUBSCRIBE_ATTEMPTS = 6;
+
 let xterm;
 
 async function loadXterm() {
@@ -113,17 +115,28 @@ export class ShellPanel {
     }
   }
 
-  async subscribe() {
+  async subscribe(attempt = 1) {
     const agentId = this.agentId;
+    const socket = this.socket;
     try {
-      const answer = await this.socket.request({ action: "shell.subscribe", payload: { task_id: agentId } });
+      const answer = await socket.request({ action: "shell.subscribe", payload: { task_id: agentId } });
       if (this.agentId !== agentId || !this.term) return;
       this.term.reset();
       this.term.write(answer.buffer || "");
       this.subscribed = true;
       this.say("Connected to the session's shell.");
     } catch (err) {
-      this.say(`Shell unavailable: ${err.message}`);
+      if (this.agentId !== agentId || this.socket !== socket) return;
+      // A new agentctl may need a moment before its shell answers; a refusal or a lost connection is final.
+      const transient = ["AGENTCTL_NOT_READY", "UPSTREAM_ERROR", "TIMEOUT"].includes(err.code);
+      if (transient && attempt < SUBSCRIBE_ATTEMPTS) {
+        this.say(`Shell unavailable: ${err.message}; trying again…`);
+        setTimeout(() => {
+          if (this.agentId === agentId && this.socket === socket && !this.subscribed) this.subscribe(attempt + 1);
+        }, 1000 * attempt);
+      } else {
+        this.say(`Shell unavailable: ${err.message}`);
+      }
     }
   }
 }

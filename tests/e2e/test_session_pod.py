@@ -10,27 +10,10 @@ from pathlib import Path
 import pytest
 from tests.conftest import LOCAL_KUBECONFIG, wait_until
 from tests.support.kube import Sessions
+from tests.support.node_processes import agentctl_pid
 from tests.support.processes import OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
-
-
-def _agentctl_pid(token: str) -> int:
-    """The host pid of the agentctl holding this session's token: the node is this machine."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            any(part.endswith(b"agentctl") for part in cmdline[:2])
-            and f"AGENTCTL_TOKEN={token}".encode() in environ
-        ):
-            return int(entry.name)
-    raise LookupError("no agentctl process with the session's token")
 
 
 def test_session_pod_becomes_ready_through_the_kubelet_probe(
@@ -59,7 +42,8 @@ def test_session_pod_becomes_ready_through_the_kubelet_probe(
     if Path(kubeconfig) != LOCAL_KUBECONFIG:
         pytest.skip("freezing agentctl needs the node's processes: only on the local cluster")
     # Freeze agentctl: the kubelet's readiness probe times out, and the operator says so, with the probe's words.
-    pid = _agentctl_pid(sessions.token("real"))
+    pid = agentctl_pid(sessions.token("real"))
+    assert pid is not None, "no agentctl process with the session's token"
     os.kill(pid, signal.SIGSTOP)
     try:
         failing = wait_until(

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.gateway.conftest import Client, service_account_token
+from tests.support.gateway import of_type
 from tests.support.kube import NOWHERE, Sessions
 from tests.support.processes import OperatorProcess, agentctl_process
 
@@ -19,10 +20,6 @@ pytestmark = pytest.mark.cluster
 
 AGENT_INFO_KEYS = ["id", "status", "createdAt", "type", "sessionId", "error", "currentModeId",
                    "availableModes", "title", "cwd"]  # fmt: skip
-
-
-def of_type(kind: str, **payload: Any) -> Any:
-    return lambda f: f.get("type") == kind and all(f["payload"].get(k) == v for k, v in payload.items())
 
 
 async def play_kubelet_when_pod_exists(sessions: Sessions, name: str) -> None:

@@ -14,14 +14,11 @@ import pytest
 from tests.conftest import wait_until
 from tests.gateway.conftest import Client
 from tests.gateway.tcp_proxy import CuttableProxy, kubeconfig_via
+from tests.support.gateway import of_type
 from tests.support.kube import NOWHERE, Sessions
 from tests.support.processes import OperatorProcess, agentctl_process
 
 pytestmark = pytest.mark.cluster
-
-
-def of_type(kind: str, **payload: Any) -> Any:
-    return lambda f: f.get("type") == kind and all(f["payload"].get(k) == v for k, v in payload.items())
 
 
 def statuses(client: Client, agent_id: str, since: int = 0) -> list[str]:

@@ -107,3 +107,40 @@ class Client:
     async def close(self) -> None:
         await self.ws.close()
         self._reader.cancel()
+
+
+def of_type(kind: str, **payload: Any) -> Callable[[dict[str, Any]], bool]:
+    """Matches a lifecycle-dialect frame of `kind` whose payload has these values."""
+    return lambda f: f.get("type") == kind and all(f["payload"].get(k) == v for k, v in payload.items())
+
+
+def user_prompts(updates: list[dict[str, Any]]) -> list[str]:
+    """The user's messages in a history, in order."""
+    prompts = []
+    for entry in updates:
+        update = entry["notification"].get("update") or {}
+        if update.get("sessionUpdate") == "user_message_chunk":
+            prompts.append(update["content"]["text"])
+    return prompts
+
+
+async def initialize(ui: Client, agent_id: str, request_id: str) -> dict[str, Any]:
+    """`agent_initialized`'s payload: the agent's info and its whole history."""
+    answer = await ui.request(
+        {"type": "initialize_agent_request", "agentId": agent_id, "requestId": request_id},
+        of_type("agent_initialized", requestId=request_id),
+        f"agent_initialized {request_id}",
+        within=120,
+    )
+    return dict(answer["payload"])
+
+
+async def prompt_and_wait(ui: Client, agent_id: str, text: str) -> None:
+    mark = len(ui.frames)
+    await ui.send({"type": "send_agent_message", "agentId": agent_id, "text": text})
+    await ui.wait_for(
+        "processing", of_type("agent_status", agentId=agent_id, status="processing"), since=mark
+    )
+    await ui.wait_for(
+        "ready after the turn", of_type("agent_status", agentId=agent_id, status="ready"), since=mark
+    )

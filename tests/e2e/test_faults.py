@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import pytest
 from kubernetes import watch
-from tests.conftest import LOCAL_KUBECONFIG, wait_until
+from tests.conftest import wait_until
 from tests.support import cluster_components
 from tests.support.gateway import (
     Client,
@@ -44,7 +44,8 @@ from agentsession.agentctl_api import JournalEntry
 from agentsession.agentctl_client import AgentctlClient
 from agentsession.api.constants import GROUP, PLURAL, VERSION
 
-pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
+# The faults are made from the host: the local cluster only, whose node is this machine.
+pytestmark = [pytest.mark.cluster, pytest.mark.kubelet, pytest.mark.usefixtures("local_cluster")]
 
 POLL = 0.2
 # How long a sign may lag the report it follows; generous for a shared machine: the measured times are printed.
@@ -60,14 +61,6 @@ NODE_SILENT = 25.0
 OUTAGE = 30.0
 # The demo agent streams one word per tick (0.05 s) with __slow__: a turn of about 10 s.
 LONG_PROMPT = "__slow__ " + " ".join(f"w{i}" for i in range(200))
-
-
-@pytest.fixture(autouse=True)
-def on_this_machine(kubeconfig: str) -> None:
-    if Path(kubeconfig) != LOCAL_KUBECONFIG:
-        pytest.skip(
-            "the faults are made from the host: only on the local cluster, whose node is this machine"
-        )
 
 
 @pytest.fixture

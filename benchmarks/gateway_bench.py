@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
+from tests.support.fake_api import FakeApi
 
 BIN = Path(sys.executable).parent
 SESSIONS = 10
-PATH = "/apis/agentsession.dev/v1alpha1/agentsessions"
 
 
 def _free_port() -> int:
@@ -41,62 +40,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _session(i: int, version: int, ready: bool, change: int) -> dict[str, Any]:
+def _session(i: int, ready: bool, change: int) -> dict[str, Any]:
     status = "True" if ready else "False"
     return {
         "apiVersion": "agentsession.dev/v1alpha1",
         "kind": "AgentSession",
-        "metadata": {
-            "namespace": "bench",
-            "name": f"s{i}",
-            "resourceVersion": str(version),
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-        },
+        "metadata": {"namespace": "bench", "name": f"s{i}", "creationTimestamp": "2026-01-01T00:00:00Z"},
         "spec": {"agent": {"type": "demo"}, "title": f"change-{change}"},
         "status": {
             "phase": "Ready" if ready else "Starting",
             "conditions": [
-                {"type": t, "status": status, "reason": "Bench"} for t in ("AgentctlReady", "Ready")
+                {"type": t, "status": status, "reason": "Bench", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                for t in ("AgentctlReady", "Ready")
             ],
         },
     }
 
 
-class FakeApi:
-    """Just enough of the Kubernetes API for the gateway's AgentSession list+watch."""
-
-    def __init__(self) -> None:
-        self.version = 1
-        self.objects = {i: _session(i, 1, False, -1) for i in range(SESSIONS)}
-        self.watchers: list[web.StreamResponse] = []
-        self.sent_at: dict[int, float] = {}
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        if request.query.get("watch") != "true":
-            return web.json_response(
-                {
-                    "kind": "AgentSessionList",
-                    "items": list(self.objects.values()),
-                    "metadata": {"resourceVersion": str(self.version)},
-                }
-            )
-        resp = web.StreamResponse()
-        resp.content_type = "application/json"
-        await resp.prepare(request)
-        self.watchers.append(resp)
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-            await asyncio.sleep(3600)
-        return resp
-
-    async def change(self, change: int) -> None:
-        self.version += 1
-        i = change % SESSIONS
-        obj = _session(i, self.version, ready=change % 2 == 0, change=change)
-        self.objects[i] = obj
-        line = (json.dumps({"type": "MODIFIED", "object": obj}) + "\n").encode()
-        self.sent_at[change] = time.perf_counter()
-        for w in self.watchers:
-            await w.write(line)
+async def _change(api: FakeApi, change: int, sent_at: dict[int, float]) -> None:
+    sent_at[change] = time.perf_counter()
+    await api.put(_session(change % SESSIONS, ready=change % 2 == 0, change=change))
 
 
 def _spawn_gateway(port: int, kubeconfig: Path, log: Any) -> subprocess.Popen[bytes]:
@@ -153,21 +116,16 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def run(clients: int, paced: int, burst: int, interval: float) -> dict[str, Any]:
-    api = FakeApi()
-    app = web.Application()
-    app.router.add_get(PATH, api.handle)
-    runner = web.AppRunner(app, shutdown_timeout=1)
-    await runner.setup()
-    api_port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", api_port).start()
+    async with FakeApi().serving() as api:
+        return await _measure(api, clients, paced, burst, interval)
+
+
+async def _measure(api: FakeApi, clients: int, paced: int, burst: int, interval: float) -> dict[str, Any]:
+    for i in range(SESSIONS):
+        await api.put(_session(i, ready=False, change=-1))
+    sent_at: dict[int, float] = {}
     workdir = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-        "clusters": [{"name": "bench", "cluster": {"server": f"http://127.0.0.1:{api_port}"}}],
-        "users": [{"name": "bench", "user": {}}],
-        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-    }))  # fmt: skip
+    kubeconfig = api.kubeconfig(workdir / "kubeconfig")
     port = _free_port()
     log = (workdir / "gateway.log").open("wb")
     proc = _spawn_gateway(port, kubeconfig, log)
@@ -204,27 +162,25 @@ async def run(clients: int, paced: int, burst: int, interval: float) -> dict[str
 
             # Paced changes: latency when the gateway keeps up.
             for change in range(paced):
-                await api.change(change)
+                await _change(api, change, sent_at)
                 await asyncio.sleep(interval)
             await _wait(
                 lambda: all(len(c.received.get(k, [])) >= clients for k in range(paced)), 60, "paced events"
             )
-            latencies = [(t - api.sent_at[k]) * 1000 for k in range(paced) for t in c.received[k]]
+            latencies = [(t - sent_at[k]) * 1000 for k in range(paced) for t in c.received[k]]
 
             # Burst: every change at once, then wait for every client to have every event.
             before = c.messages
             start = time.perf_counter()
             for change in range(paced, paced + burst):
-                await api.change(change)
+                await _change(api, change, sent_at)
             await _wait(
                 lambda: all(len(c.received.get(k, [])) >= clients for k in range(paced, paced + burst)),
                 120, "burst events",
             )  # fmt: skip
             elapsed = time.perf_counter() - start
             fanout = (c.messages - before) / elapsed
-            burst_lat = [
-                (t - api.sent_at[k]) * 1000 for k in range(paced, paced + burst) for t in c.received[k]
-            ]
+            burst_lat = [(t - sent_at[k]) * 1000 for k in range(paced, paced + burst) for t in c.received[k]]
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -237,7 +193,6 @@ async def run(clients: int, paced: int, burst: int, interval: float) -> dict[str
         if proc.poll() is None:
             proc.kill()
         log.close()
-        await runner.cleanup()
     return {
         "clients": clients,
         "paced_changes": paced,

@@ -66,6 +66,7 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
         "log_format": ("json", "json"),
         "log_level": ("debug", "DEBUG"),
         "queue_size": ("16", 16),
+        "max_requests_in_flight": ("32", 32),
         "init_timeout": ("30", 30.0),
         "auth_cache_ttl": ("0", 0.0),
         "auth_cache_size": ("100", 100),

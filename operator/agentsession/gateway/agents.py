@@ -370,10 +370,15 @@ class AgentRegistry:
         if task is None or task.done():
             task = asyncio.create_task(self._start_and_wait(key))
             self._inits[key] = task
-            task.add_done_callback(
-                lambda t: self._inits.pop(key, None) if self._inits.get(key) is t else None
-            )
+            task.add_done_callback(lambda t: self._init_done(key, t))
         await asyncio.shield(task)
+
+    def _init_done(self, key: Key, task: asyncio.Task[None]) -> None:
+        if self._inits.get(key) is task:
+            del self._inits[key]
+        # Its waiters may all have gone (their clients left): how it ended was theirs to hear, not an error.
+        if not task.cancelled():
+            task.exception()
 
     async def suspend(self, key: Key) -> None:
         """Asks the operator to suspend the session (`spec.suspend`); resuming is `start_and_wait`."""

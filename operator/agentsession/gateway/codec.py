@@ -32,6 +32,9 @@ def parse_object(text: str) -> dict[str, Any] | Failure:
         data = json.loads(text)
     except ValueError as exc:
         return Failure(ErrorCode.INVALID_JSON, f"message is not valid JSON: {exc}")
+    except RecursionError:
+        # The parser recurses once per array or object level; a frame may hold hundreds of thousands.
+        return Failure(ErrorCode.INVALID_JSON, "message is not valid JSON: nested too deeply")
     if not isinstance(data, dict):
         return Failure(ErrorCode.BAD_REQUEST, "messages are JSON objects")
     return data

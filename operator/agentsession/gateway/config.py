@@ -42,6 +42,11 @@ class GatewayConfig(BaseSettings):
         ge=1,
         description="Messages buffered per client before it is dropped as a slow consumer.",
     )
+    max_requests_in_flight: int = Field(
+        default=256,
+        ge=1,
+        description="Requests of one client answered at once; more are refused with `too_many_requests`.",
+    )
     init_timeout: float = Field(
         default=120.0,
         gt=0,

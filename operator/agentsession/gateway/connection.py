@@ -69,7 +69,7 @@ class Connection:
         self.live: set[str] = set()  # agents whose updates this client receives
         self.closed = False
         self.dropped_slow = False
-        self._writer: asyncio.Task[None] | None = None
+        self._dropping: asyncio.Task[None] | None = None
         self._tasks = Supervisor("gateway connection", log)
 
     # --- authorization ---
@@ -121,7 +121,7 @@ class Connection:
     # --- sending ---
 
     def start(self) -> None:
-        self._writer = self._tasks.spawn(self._write_loop(), "writer")
+        self._tasks.spawn(self._write_loop(), "writer")
 
     def deliver(self, event: Event) -> None:
         if self.closed:
@@ -157,12 +157,13 @@ class Connection:
             f"this client read too slowly: more than {self._queue.maxsize} messages were waiting; reconnect",
         )
         frame = self.codec.encode(failure)
-        self._tasks.spawn(self._close_slow(frame), "close a slow client")
+        self._dropping = self._tasks.spawn(self._close_slow(frame), "close a slow client")
 
     async def _close_slow(self, frame: Frame | None) -> None:
+        # The writer stops after the frame it is sending. Cancelled there, it would take with it the wait for the
+        # socket to drain, which every later send shares, and the close below would cut the connection at once.
         self.closed = True
-        if self._writer:
-            self._writer.cancel()
+        # The error and the close frame wait behind what the client has not read; each gets a bounded chance.
         with contextlib.suppress(Exception):
             async with asyncio.timeout(2.0):
                 if frame is not None:
@@ -173,7 +174,7 @@ class Connection:
 
     async def _write_loop(self) -> None:
         try:
-            while True:
+            while not self.closed:
                 item = await self._queue.get()
                 if item is None:
                     return
@@ -190,6 +191,9 @@ class Connection:
 
     async def close(self) -> None:
         self.closed = True
+        if self._dropping is not None:
+            # A slow client's close handshake ends within its grace; cut short, the client never gets its code.
+            await asyncio.wait([self._dropping])
         await self._tasks.close()
 
     def describe(self) -> dict[str, Any]:

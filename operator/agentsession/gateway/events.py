@@ -88,6 +88,7 @@ class ErrorCode:
     AGENTCTL_NOT_READY = "agentctl_not_ready"
     UPSTREAM_ERROR = "upstream_error"
     SLOW_CONSUMER = "slow_consumer"
+    TOO_MANY_REQUESTS = "too_many_requests"
     INTERNAL_ERROR = "internal_error"
 
 

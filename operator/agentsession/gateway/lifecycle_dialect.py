@@ -24,7 +24,7 @@ from agentsession.gateway.events import (
 SUBPROTOCOL = "agent-lifecycle.v1"
 
 # Inbound type → (command action, required string fields, optional string fields)
-_INBOUND: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+INBOUND: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "initialize_agent_request": (c.INITIALIZE, ("agentId",), ()),
     "send_agent_message": (c.PROMPT, ("agentId", "text"), ()),
     "set_agent_mode": (c.SET_MODE, ("agentId", "modeId"), ()),
@@ -34,7 +34,7 @@ _INBOUND: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "list_agents": (c.LIST, (), ()),
     "ping": (c.PING, (), ()),
 }
-_WIRE_TYPES = {action: kind for kind, (action, _, _) in _INBOUND.items()}
+_WIRE_TYPES = {action: kind for kind, (action, _, _) in INBOUND.items()}
 _REPLY_TYPES = {c.INITIALIZE: "agent_initialized", c.LIST: "session_state", c.PING: "pong"}
 
 
@@ -55,9 +55,9 @@ class LifecycleCodec:
         kind = data.get("type")
         if not isinstance(kind, str):
             return Failure(ErrorCode.BAD_REQUEST, 'messages need a string "type"', request_id=rid)
-        spec = _INBOUND.get(kind)
+        spec = INBOUND.get(kind)
         if spec is None:
-            known = ", ".join(sorted(_INBOUND))
+            known = ", ".join(sorted(INBOUND))
             return Failure(
                 ErrorCode.UNKNOWN_ACTION, f"unknown message type {kind!r}; known: {known}", kind, rid
             )

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 
 from agentsession.agentctl_client import http_connector
 from agentsession.gateway import console, metrics
@@ -23,6 +23,7 @@ from agentsession.gateway.auth import (
     extract_token,
 )
 from agentsession.gateway.codec import Codec
+from agentsession.gateway.commands import Command
 from agentsession.gateway.config import GatewayConfig
 from agentsession.gateway.connection import Connection
 from agentsession.gateway.events import ErrorCode, Failure
@@ -146,7 +147,7 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
         hello = codec.hello(registry.infos(visible), registry.cluster_states(visible))
         if hello is not None:
             conn.send_frame(hello, label="hello")
-        await _serve(conn, app[SERVICE])
+        await _serve(conn, app[SERVICE], config.max_requests_in_flight)
     finally:
         registry.forget(conn)
         await conn.close()
@@ -154,26 +155,50 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def _serve(conn: Connection, service: Service) -> None:
+async def _serve(conn: Connection, service: Service, max_in_flight: int) -> None:
     requests = Supervisor("gateway request", log)
     try:
         async for msg in conn.ws:
-            if conn.closed:
+            if msg.type == WSMsgType.ERROR:
                 break
-            if msg.type == WSMsgType.TEXT:
-                decoded = conn.codec.decode(msg.data)
-                if isinstance(decoded, Failure):
-                    metrics.MESSAGES.labels("in", "malformed").inc()
-                    conn.deliver(decoded)
-                    continue
-                # Requests run concurrently: a slow initialize must not hold up a ping or a prompt.
-                requests.spawn(service.handle(conn, decoded), decoded.action)
-            elif msg.type == WSMsgType.BINARY:
-                conn.deliver(Failure(ErrorCode.BAD_REQUEST, "binary frames are not accepted; send JSON text"))
-            elif msg.type == WSMsgType.ERROR:
-                break
+            # A client being dropped is still read (and ignored) until its close: closing a socket with input
+            # unread resets it, and the client would lose the error and the close code still queued for it.
+            if not conn.closed:
+                _take(conn, service, requests, msg, max_in_flight)
+            # Frames already received are read without a pause: give the requests and the client's writer a turn
+            # after each, so a burst neither counts quick requests as in flight nor outruns the writer.
+            await asyncio.sleep(0)
     finally:
         await requests.close()
+
+
+def _take(
+    conn: Connection, service: Service, requests: Supervisor, msg: WSMessage, max_in_flight: int
+) -> None:
+    """One client frame: a request started, or a typed error for the client."""
+    if msg.type == WSMsgType.BINARY:
+        conn.deliver(Failure(ErrorCode.BAD_REQUEST, "binary frames are not accepted; send JSON text"))
+        return
+    if msg.type != WSMsgType.TEXT:
+        return
+    decoded = conn.codec.decode(msg.data)
+    if isinstance(decoded, Failure):
+        metrics.MESSAGES.labels("in", "malformed").inc()
+        conn.deliver(decoded)
+    elif len(requests) >= max_in_flight:
+        metrics.MESSAGES.labels("in", "refused").inc()
+        conn.deliver(_too_many(decoded, max_in_flight))
+    else:
+        # Requests run concurrently: a slow initialize must not hold up a ping or a prompt.
+        requests.spawn(service.handle(conn, decoded), decoded.action)
+
+
+def _too_many(cmd: Command, limit: int) -> Failure:
+    message = (
+        f"this connection already has {limit} requests waiting for their answers; "
+        "wait for some of them before sending more"
+    )
+    return Failure(ErrorCode.TOO_MANY_REQUESTS, message, cmd.action, cmd.request_id, cmd.envelope_id)
 
 
 async def healthz(request: web.Request) -> web.Response:

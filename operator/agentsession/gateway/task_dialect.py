@@ -29,7 +29,7 @@ from agentsession.gateway.events import (
 SUBPROTOCOL = "task-session.v1"
 
 # action → (command, required string fields, optional string fields)
-_ACTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+ACTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "task.list": (c.LIST, (), ()),
     "task.subscribe": (c.SUBSCRIBE, ("task_id",), ()),
     "task.unsubscribe": ("unsubscribe", ("task_id",), ()),
@@ -45,7 +45,7 @@ _ACTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "shell.input": (c.SHELL_INPUT, ("task_id", "data"), ()),
     "ping": (c.PING, (), ()),
 }
-_WIRE_ACTIONS = {command: action for action, (command, _, _) in _ACTIONS.items()}
+_WIRE_ACTIONS = {command: action for action, (command, _, _) in ACTIONS.items()}
 # Field names of the core commands, spelled the way this dialect spells them.
 _ARG_NAMES = {
     "text": "text",
@@ -63,7 +63,8 @@ def now() -> str:
 
 def envelope(kind: str, action: str, payload: dict[str, Any], msg_id: str | None = None) -> Frame:
     return {
-        "id": msg_id or uuid.uuid4().hex,
+        # An empty id is still the client's id: its answer must carry it back.
+        "id": uuid.uuid4().hex if msg_id is None else msg_id,
         "type": kind,
         "action": action,
         "payload": payload,
@@ -89,9 +90,9 @@ class TaskCodec:
             return Failure(
                 ErrorCode.BAD_REQUEST, 'clients send messages of type "request"', action, envelope_id=mid
             )
-        spec = _ACTIONS.get(action)
+        spec = ACTIONS.get(action)
         if spec is None:
-            known = ", ".join(sorted(_ACTIONS))
+            known = ", ".join(sorted(ACTIONS))
             return Failure(
                 ErrorCode.UNKNOWN_ACTION,
                 f"unknown action {action!r}; known: {known}",

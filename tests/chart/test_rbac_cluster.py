@@ -19,6 +19,7 @@ pytestmark = pytest.mark.cluster
 RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 AGS = "agentsessions.agentsession.dev"
 POOLS = "agentsessionpools.agentsession.dev"
+LEASES = "leases.coordination.k8s.io"
 
 # (verb, resource, extra kubectl args) an account must be able to do in each namespace it serves.
 OPERATOR_MUST = [
@@ -265,4 +266,32 @@ def test_namespace_scope_without_gateway_auth_grants_nothing_cluster_wide(
     operator, gateway = _accounts(namespace, release)
     checks = expect(operator, OPERATOR_MUST, namespace, True) + expect(gateway, GATEWAY_MUST, namespace, True)
     checks += expect(gateway, REVIEWS, None, False)
+    verify(cluster, checks)
+
+
+@pytest.mark.parametrize("scope", ["cluster", "namespace"])
+def test_a_leader_elected_operator_may_touch_only_its_lease(
+    cluster: Cluster, install_rbac: Callable[..., str], namespace: str, make_namespace: Any, scope: str
+) -> None:
+    watched = make_namespace("rbac-team")
+    release = install_rbac(
+        namespace, "operator.replicas=2", f"rbac.scope={scope}", f"watchNamespaces={{{watched}}}"
+    )
+    operator, gateway = _accounts(namespace, release)
+    lease = f"{LEASES}/{release}-agentsession-operator"
+    other = f"{LEASES}/kube-controller-manager"
+    checks: list[Check] = [
+        (operator, "create", LEASES, (), namespace, True),
+        (operator, "get", lease, (), namespace, True),
+        (operator, "patch", lease, (), namespace, True),
+        (operator, "update", lease, (), namespace, False),
+        (operator, "delete", lease, (), namespace, False),
+        (operator, "get", other, (), namespace, False),
+        (operator, "patch", other, (), namespace, False),
+        (operator, "list", LEASES, (), namespace, False),
+        (operator, "watch", LEASES, (), namespace, False),
+        (operator, "create", LEASES, (), watched, False),
+        (operator, "patch", other, (), "kube-system", False),
+        (gateway, "get", lease, (), namespace, False),
+    ]
     verify(cluster, checks)

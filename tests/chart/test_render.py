@@ -132,9 +132,15 @@ def test_packaged_chart_carries_the_crds_themselves(helm: str, tmp_path: Path) -
 
 
 def test_operator_is_one_replica_recreated(render: Render) -> None:
-    deployment = one(render(), "Deployment", "-operator")
+    manifests = render()
+    deployment = one(manifests, "Deployment", "-operator")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert not [e for e in _container(deployment, "operator")["env"] if "LEADER" in e["name"]]
+    assert [m["metadata"]["name"] for m in by_kind(manifests, "PodDisruptionBudget")] == [
+        "agentsession-gateway"
+    ]
+    assert not [m for m in manifests if m["metadata"]["name"].endswith("-lease")]
     container = _container(deployment, "operator")
     assert container["command"][0] == "agentsession-operator"
     assert "--liveness-port=8081" in container["command"]
@@ -143,6 +149,56 @@ def test_operator_is_one_replica_recreated(render: Render) -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
     assert deployment["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
+@pytest.mark.parametrize(
+    ("sets", "replicas", "budget"),
+    [
+        (["operator.replicas=2"], 2, True),
+        (["operator.leaderElection.enabled=true"], 1, False),
+        (["operator.replicas=3", "operator.leaderElection.retryPeriodSeconds=1"], 3, True),
+    ],
+    ids=["two-replicas", "one-replica-elected", "three-replicas"],
+)
+def test_a_leader_elected_operator_rolls_and_may_touch_only_its_lease(
+    render: Render, monkeypatch: pytest.MonkeyPatch, sets: list[str], replicas: int, budget: bool
+) -> None:
+    manifests = render(set=sets, release="prod", namespace="ops")
+    deployment = one(manifests, "Deployment", "-operator")
+    assert deployment["spec"]["replicas"] == replicas
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    config = _operator_config(deployment, monkeypatch)
+    assert config.leader_election is True
+    assert (config.leader_election_namespace, config.leader_election_lease_name) == (
+        "ops",
+        "prod-agentsession-operator",
+    )
+    assert config.leader_election_lease_duration_seconds == 15
+    assert config.leader_election_renew_deadline_seconds == 10
+    assert config.leader_election_retry_period_seconds == (1 if replicas == 3 else 2)
+    spread = deployment["spec"]["template"]["spec"].get("affinity")
+    assert bool(spread) is (replicas > 1)
+    budgets = [m["metadata"]["name"] for m in by_kind(manifests, "PodDisruptionBudget")]
+    assert ("prod-agentsession-operator" in budgets) is budget
+    role = one(manifests, "Role", "-operator-lease")
+    assert role["metadata"]["namespace"] == "ops"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["prod-agentsession-operator"],
+            "verbs": ["get", "patch"],
+        },
+    ]
+    binding = one(manifests, "RoleBinding", "-operator-lease")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prod-agentsession-operator", "namespace": "ops"}
+    ]
 
 
 def _operator_config(deployment: Manifest, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -443,6 +499,8 @@ def test_helm_test_hook_checks_both_components(render: Render) -> None:
         "watchNamespaces={Not_A_Namespace}",
         "unknownTopLevelKey=1",
         "operator.logFormat=xml",
+        "operator.replicas=-1",
+        "operator.leaderElection.leaseDurationSeconds=1",
     ],
 )
 def test_schema_rejects_bad_values(helm: str, bad: str) -> None:

@@ -13,7 +13,7 @@ from agentsession.api.constants import API_VERSION, KIND
 from agentsession.kube.client import Kube, WatchEvent
 from agentsession.kube.errors import Conflict, NotFound
 from agentsession.kube.ops import create_or_read
-from agentsession.kube.resources import AGENT_SESSIONS, EVENTS, SECRETS
+from agentsession.kube.resources import AGENT_SESSIONS, EVENTS, LEASES, SECRETS
 
 
 def _secret(namespace: str, name: str) -> dict[str, object]:
@@ -125,10 +125,48 @@ async def watches_resume_from_a_list(kube: Kube, namespace: str) -> None:
     assert seen[1].object["spec"]["title"] == "t"
 
 
+async def lease_patches_carry_their_resource_version(kube: Kube, namespace: str) -> None:
+    """Leader election's optimistic concurrency: a patch naming an old resourceVersion is a Conflict."""
+    name = f"l-{uuid.uuid4().hex[:6]}"
+    spec = {"holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": "2026-01-01T00:00:00.000000Z"}
+    lease = {
+        "apiVersion": LEASES.api_version,
+        "kind": LEASES.kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+    created = await kube.create(lease)
+    version = created["metadata"]["resourceVersion"]
+    renewed = await kube.patch(
+        LEASES, namespace, name, {"metadata": {"resourceVersion": version}, "spec": {"leaseTransitions": 1}}
+    )
+    assert renewed["spec"]["holderIdentity"] == "a"
+    with pytest.raises(Conflict) as stale:
+        await kube.patch(
+            LEASES,
+            namespace,
+            name,
+            {"metadata": {"resourceVersion": version}, "spec": {"holderIdentity": "b"}},
+        )
+    assert not stale.value.already_exists
+    freed = await kube.patch(
+        LEASES,
+        namespace,
+        name,
+        {
+            "metadata": {"resourceVersion": renewed["metadata"]["resourceVersion"]},
+            "spec": {"holderIdentity": None},
+        },
+    )
+    assert "holderIdentity" not in freed["spec"]
+    assert (await kube.get(LEASES, namespace, name))["spec"]["leaseTransitions"] == 1
+
+
 CHECKS = [
     created_objects_have_identity_and_conflict,
     spec_and_status_patches,
     delete_honours_the_uid_precondition,
     field_selectors_pick_events,
     watches_resume_from_a_list,
+    lease_patches_carry_their_resource_version,
 ]

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 BIN = Path(sys.executable).parent
 
 
@@ -79,13 +81,24 @@ class OperatorProcess:
         self.proc.kill()
         self.proc.wait(timeout=10)
 
+    def sample(self, name: str) -> float:
+        """The value of the unlabelled sample `name` on /metrics; 0 when there is none yet."""
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and not sample.labels:
+                    return float(sample.value)
+        return 0.0
+
 
 @contextmanager
-def operator_process(kubeconfig: str, log: Path, **settings: str) -> Iterator[OperatorProcess]:
+def operator_process(
+    kubeconfig: str, log: Path, *, standby: bool = False, **settings: str
+) -> Iterator[OperatorProcess]:
     """Runs `agentsession-operator` against the cluster; `settings` become AGENTSESSION_* variables.
 
     Unless told otherwise it watches only the namespaces the `namespace` fixture makes (`t-*`), so operators
-    of test runs sharing a cluster never act on each other's sessions.
+    of test runs sharing a cluster never act on each other's sessions. It is up once it serves a new namespace;
+    a `standby` (leader election, another replica leads) serves none, so it is up once /healthz answers.
     """
     settings.setdefault("namespaces", '["t-*"]')
     metrics_port, liveness_port = free_port(), free_port()
@@ -109,7 +122,8 @@ def operator_process(kubeconfig: str, log: Path, **settings: str) -> Iterator[Op
     )
     try:
         wait_http(running.liveness_url, 60, proc, log)
-        _warm_up(kubeconfig, json.loads(settings["namespaces"]), proc, log)
+        if not standby:
+            _warm_up(kubeconfig, json.loads(settings["namespaces"]), proc, log)
         yield running
     finally:
         stop(proc)

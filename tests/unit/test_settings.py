@@ -52,6 +52,12 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
         "liveness_host": ("127.0.0.1", "127.0.0.1"),
         "max_concurrent_reconciles": ("4", 4),
         "watch_stall_seconds": ("30", 30.0),
+        "leader_election": ("true", True),
+        "leader_election_namespace": ("agentsession-system", "agentsession-system"),
+        "leader_election_lease_name": ("ops.example", "ops.example"),
+        "leader_election_lease_duration_seconds": ("30", 30),
+        "leader_election_renew_deadline_seconds": ("7.5", 7.5),
+        "leader_election_retry_period_seconds": ("1", 1.0),
         "log_format": ("json", "json"),
         "log_level": ("warning", "WARNING"),
         "verbose": ("true", True),
@@ -254,6 +260,23 @@ def test_bad_json_in_a_variable_fails_cleanly(
         'agentsession-operator: error: error parsing value for field "agent_profiles"'
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--leader-election-renew-deadline-seconds", "15"],
+        ["--leader-election-retry-period-seconds", "10"],
+        ["--leader-election-lease-duration-seconds", "5"],
+    ],
+)
+def test_leader_election_times_must_nest(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The leader must give up before a standby may take over: retry period < renew deadline < lease duration."""
+    assert load(OperatorConfig, argv).leader_election is False  # nothing to check while it is off
+    with pytest.raises(SystemExit) as exited:
+        load(OperatorConfig, ["--leader-election", *argv])
+    assert exited.value.code == 2
+    assert "needs retry period < renew deadline < lease duration" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- agentctl's resolved configuration

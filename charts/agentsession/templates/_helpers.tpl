@@ -68,6 +68,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* "true" when the operator is leader-elected: asked for, or needed because it runs more than one replica. */}}
+{{- define "agentsession.operator.leaderElection" -}}
+{{- if or .Values.operator.leaderElection.enabled (gt (int .Values.operator.replicas) 1) }}true{{ end }}
+{{- end }}
+
+{{/* The operator's Lease, in the release namespace. */}}
+{{- define "agentsession.operator.leaseName" -}}
+{{- printf "%s-operator" (include "agentsession.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/*
 The namespaces the operator serves, as a JSON list for AGENTSESSION_NAMESPACES: the configured ones,
 or in namespace scope the release namespace; empty means cluster-wide.

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings
 
 from agentsession.agentctl_api import AGENTCTL_PORT
-from agentsession.api.models import CABundleSource
+from agentsession.api.models import CABundleSource, ObjectName
 from agentsession.settings import LogFormat, LogLevel, StrList, settings_config
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -171,6 +171,33 @@ class OperatorConfig(BaseSettings):
     watch_stall_seconds: float = Field(
         default=120.0, gt=0, description="Liveness fails when the watch has missed changes this long."
     )
+    leader_election: bool = Field(
+        default=False,
+        description="Act only while holding a Lease, so several replicas can run and one of them acts.",
+    )
+    leader_election_namespace: ObjectName | None = Field(
+        default=None,
+        description="Namespace of the Lease; unset: the operator's own (its service account's, in a pod).",
+    )
+    leader_election_lease_name: ObjectName = Field(
+        default="agentsession-operator", description="Name of the Lease."
+    )
+    leader_election_lease_duration_seconds: int = Field(
+        default=15,
+        ge=2,
+        le=3600,
+        description="Seconds a standby waits, from the last renewal it saw, before it takes the Lease over.",
+    )
+    leader_election_renew_deadline_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds the leader may fail to renew before it stops acting (exits); below the duration.",
+    )
+    leader_election_retry_period_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds between renewals, and between a standby's tries to take the Lease.",
+    )
     log_format: LogFormat = Field(default="text", description="`text` or `json` (one object per line).")
     log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
     verbose: bool = Field(
@@ -196,6 +223,24 @@ class OperatorConfig(BaseSettings):
             else:
                 merged[kind] = fields
         return merged
+
+    @model_validator(mode="after")
+    def _election_fits(self) -> OperatorConfig:
+        if not self.leader_election:
+            return self
+        # As client-go requires: the leader gives up before a standby may take over, and retries in between.
+        if not (
+            self.leader_election_retry_period_seconds
+            < self.leader_election_renew_deadline_seconds
+            < self.leader_election_lease_duration_seconds
+        ):
+            raise ValueError(
+                "leader election needs retry period < renew deadline < lease duration, got "
+                f"{self.leader_election_retry_period_seconds:g} s, "
+                f"{self.leader_election_renew_deadline_seconds:g} s, "
+                f"{self.leader_election_lease_duration_seconds} s"
+            )
+        return self
 
     @property
     def watches_fixed_namespaces(self) -> bool:

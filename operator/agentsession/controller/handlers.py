@@ -1,6 +1,7 @@
 """kopf wiring: every handler only records what it saw and triggers the one reconcile.
 
-Run with `agentsession-operator` (or `kopf run -m agentsession.controller.handlers`).
+Run with `agentsession-operator` (`controller.main`), which serves the metrics and starts kopf only while this
+replica may act (see `controller.leader`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from typing import Any
 
 import aiohttp
 import kopf
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentsession.agentctl_client import http_connector
 from agentsession.api.constants import (
@@ -51,7 +50,6 @@ POOL_PODS: dict[str, Any] = {"labels": {LABEL_POOL: kopf.PRESENT}, "when": _serv
 CLAIMED_PODS: dict[str, Any] = {"labels": {LABEL_CLAIMED_FROM: kopf.PRESENT}, "when": _served}
 POOLS: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": POOL_PLURAL, "when": _served}
 FINALIZER = f"{GROUP}/finalizer"
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,7 +60,6 @@ class OperatorState:
     queue: WorkQueue
     pool_queue: WorkQueue
     watch_health: WatchHealth
-    metrics_runner: web.AppRunner | None
 
 
 def _state(memo: kopf.Memo) -> OperatorState:
@@ -90,22 +87,6 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
     settings.batching.batch_window = 0.001
     # Serving named namespaces needs no namespace or CRD discovery, nor the cluster-wide RBAC it would take.
     settings.scanning.disabled = config.watches_fixed_namespaces
-
-
-async def _serve_metrics(config: OperatorConfig) -> web.AppRunner | None:
-    if config.metrics_port == 0:
-        return None
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, config.metrics_host, config.metrics_port).start()
-    log.info("serving metrics on http://%s:%d/metrics", config.metrics_host, config.metrics_port)
-    return runner
 
 
 @kopf.index("pods", **SESSION_PODS)
@@ -160,7 +141,6 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         queue=WorkQueue(reconciler.reconcile, config.max_concurrent_reconciles),
         pool_queue=WorkQueue(pools.reconcile, config.max_concurrent_reconciles),
         watch_health=WatchHealth(config.watch_stall_seconds),
-        metrics_runner=await _serve_metrics(config),
     )
 
 
@@ -171,8 +151,6 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
     await state.pool_queue.shutdown()
     await state.http.close()
     await state.kube.close()
-    if state.metrics_runner is not None:
-        await state.metrics_runner.cleanup()
 
 
 @kopf.on.resume(**SESSIONS)

@@ -14,6 +14,10 @@ SESSIONS = Gauge("agentsession_sessions", "AgentSessions by phase, as last recon
 for _phase in get_args(Phase):
     # Every phase is exported from the start, at 0, so dashboards need not guess absent series.
     SESSIONS.labels(phase=_phase)
+LEADER = Gauge(
+    "agentsession_operator_leader",
+    "1 while this operator acts (it holds the leader lease, or runs without election), 0 while it stands by.",
+)
 STARTUP_STAGE_SECONDS = Histogram(
     "agentsession_startup_stage_seconds",
     "Seconds from pod creation to each startup stage (scheduled, agentctl_ready, acp_initialized).",

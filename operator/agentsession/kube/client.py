@@ -106,7 +106,11 @@ class ApiKube:
 
     def __init__(self, api_client: client.ApiClient, *, request_timeout: float = 30.0) -> None:
         self._api_client = api_client
-        self._core = client.CoreV1Api(api_client)
+        # The generated API of each built-in group this client serves, by group ("" is the core group).
+        self._typed: dict[str, Any] = {
+            "": client.CoreV1Api(api_client),
+            "coordination.k8s.io": client.CoordinationV1Api(api_client),
+        }
         self._custom = client.CustomObjectsApi(api_client)
         self._authn = client.AuthenticationV1Api(api_client)
         self._authz = client.AuthorizationV1Api(api_client)
@@ -128,8 +132,9 @@ class ApiKube:
         result: Manifest = json.loads(text) if text else {}
         return result
 
-    def _core_call(self, verb: str, resource: Resource, suffix: str = "") -> ApiCall:
-        fn: ApiCall = getattr(self._core, f"{verb}_namespaced_{_snake(resource.kind)}{suffix}")
+    def _typed_call(self, verb: str, resource: Resource, suffix: str = "") -> ApiCall:
+        api = self._typed[resource.group]
+        fn: ApiCall = getattr(api, f"{verb}_namespaced_{_snake(resource.kind)}{suffix}")
         return fn
 
     def _list_call(self, resource: Resource, namespace: str | None) -> tuple[ApiCall, tuple[str, ...]]:
@@ -140,9 +145,11 @@ class ApiKube:
             args = (resource.group, resource.version, namespace, resource.plural)
             return self._custom.list_namespaced_custom_object, args
         if namespace is None:
-            every: ApiCall = getattr(self._core, f"list_{_snake(resource.kind)}_for_all_namespaces")
+            every: ApiCall = getattr(
+                self._typed[resource.group], f"list_{_snake(resource.kind)}_for_all_namespaces"
+            )
             return every, ()
-        return self._core_call("list", resource), (namespace,)
+        return self._typed_call("list", resource), (namespace,)
 
     async def get(self, resource: Resource, namespace: str | None, name: str) -> Manifest:
         what = f"get {resource.kind} {namespace}/{name}"
@@ -150,7 +157,7 @@ class ApiKube:
             call = self._custom.get_namespaced_custom_object
             args = (resource.group, resource.version, namespace, resource.plural, name)
             return await self._answer(what, resource.kind, call, *args)
-        return await self._answer(what, resource.kind, self._core_call("read", resource), name, namespace)
+        return await self._answer(what, resource.kind, self._typed_call("read", resource), name, namespace)
 
     async def list(
         self,
@@ -189,7 +196,7 @@ class ApiKube:
             args = (resource.group, resource.version, namespace, resource.plural, manifest)
             return await self._answer(what, resource.kind, call, *args)
         return await self._answer(
-            what, resource.kind, self._core_call("create", resource), namespace, manifest
+            what, resource.kind, self._typed_call("create", resource), namespace, manifest
         )
 
     async def patch(
@@ -204,7 +211,7 @@ class ApiKube:
             )
             args = (resource.group, resource.version, namespace, resource.plural, name, patch)
             return await self._answer(what, resource.kind, call, *args, _content_type=MERGE_PATCH)
-        verb = self._core_call("patch", resource, "_status" if status else "")
+        verb = self._typed_call("patch", resource, "_status" if status else "")
         return await self._answer(
             what, resource.kind, verb, name, namespace, patch, _content_type=MERGE_PATCH
         )
@@ -220,7 +227,7 @@ class ApiKube:
             await self._answer(what, resource.kind, call, *args, body=options)
             return
         await self._answer(
-            what, resource.kind, self._core_call("delete", resource), name, namespace, body=options
+            what, resource.kind, self._typed_call("delete", resource), name, namespace, body=options
         )
 
     async def watch(

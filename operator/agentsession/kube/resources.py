@@ -31,6 +31,7 @@ PODS = Resource("Pod", "pods")
 SECRETS = Resource("Secret", "secrets")
 CLAIMS = Resource("PersistentVolumeClaim", "persistentvolumeclaims")
 EVENTS = Resource("Event", "events")
+LEASES = Resource("Lease", "leases", "coordination.k8s.io")
 TOKEN_REVIEWS = Resource("TokenReview", "tokenreviews", "authentication.k8s.io", namespaced=False)
 ACCESS_REVIEWS = Resource(
     "SubjectAccessReview", "subjectaccessreviews", "authorization.k8s.io", namespaced=False
@@ -45,6 +46,7 @@ BY_KIND: dict[str, Resource] = {
         SECRETS,
         CLAIMS,
         EVENTS,
+        LEASES,
         TOKEN_REVIEWS,
         ACCESS_REVIEWS,
     )

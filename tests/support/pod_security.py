@@ -1,4 +1,4 @@
-"""The `restricted` Pod Security Standard (v1.34), checked on a Pod manifest.
+"""The `restricted` Pod Security Standard (v1.34), checked on a Pod manifest, and where a pod names a Secret.
 
 The integration tier also lets the API server's PodSecurity admission judge real pods; this check gives the
 same verdict in unit tests, with one message per violated rule.
@@ -53,3 +53,26 @@ def restricted_violations(pod: dict[str, Any]) -> list[str]:
             if port.get("hostPort"):
                 problems.append(f"{name}: hostPort must not be set")
     return problems
+
+
+def secret_references(manifest: Any, secret: str) -> list[str]:
+    """Where a manifest (plain JSON, camelCase) names the Secret: `secretKeyRef`, `secretRef`, secret volumes and
+    projected sources; as paths such as `.initContainers[0].env[0].valueFrom.secretKeyRef`."""
+    found: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for kind in ("secretKeyRef", "secretRef"):
+                if isinstance(node.get(kind), dict) and node[kind].get("name") == secret:
+                    found.append(f"{path}.{kind}")
+            volume = node.get("secret")
+            if isinstance(volume, dict) and secret in (volume.get("secretName"), volume.get("name")):
+                found.append(f"{path}.secret")
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{path}[{i}]")
+
+    walk(manifest, "")
+    return found

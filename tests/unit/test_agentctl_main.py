@@ -1,8 +1,11 @@
-"""agentctl takes its port before it loads its settings, and keeps it only where the settings say."""
+"""agentctl takes its port before it loads its settings, and keeps it only where the settings say; it keeps its
+environment (its token) from the processes it starts."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -46,3 +49,17 @@ def test_a_port_taken_early_leaves_the_error_to_the_settings() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         assert early_listen(["--host", "127.0.0.1", "--port", str(port)], {}) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+@pytest.mark.parametrize(("call", "dumpable"), [("keep_to_itself()", "0"), ("None", "1")])
+def test_agentctl_is_not_dumpable_so_its_shell_cannot_read_its_environment(call: str, dumpable: str) -> None:
+    """Non-dumpable, its /proc files belong to root: the shell, of the same user, cannot read /proc/1/environ."""
+    script = (
+        "import ctypes; from agentsession.agentctl.main import keep_to_itself; "
+        f"{call}; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"  # PR_GET_DUMPABLE
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == dumpable

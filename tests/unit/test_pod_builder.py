@@ -16,7 +16,7 @@ from agentsession.controller.pod_builder import (
     build_token_secret,
     build_workspace_claim,
 )
-from tests.support.pod_security import restricted_violations
+from tests.support.pod_security import restricted_violations, secret_references
 
 SESSION = SessionRef(namespace="team-a", name="fix-bug", uid="1234-uid", generation=3)
 CONFIG = OperatorConfig(image="agentsession:test")
@@ -139,6 +139,31 @@ def test_credentials_and_env_reach_the_agent_only() -> None:
     assert agent["envFrom"] == [{"secretRef": {"name": "anthropic"}}]
     assert {e["name"]: e["value"] for e in agent["env"]} == {"HOME": "/home/agent", "DEBUG": "1"}
     assert "envFrom" not in container(pod, "agentctl")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {},
+        {"agent": {"credentialsSecretRef": {"name": "keys"}, "envFrom": [{"secretRef": {"name": "more"}}]}},
+        {"agent": {"type": "codex", "caBundle": {"configMapName": "ca"}}},
+        {"workspace": {"size": "1Gi", "repository": {"url": "https://example.com/r.git"}}},
+    ],
+)
+def test_only_agentctl_gets_its_token_and_no_container_a_service_account_token(spec: dict[str, Any]) -> None:
+    profile = AgentProfile(image="codex:1", command=["codex-acp"], state_dirs=["CODEX_HOME"])
+    pod = pod_for(
+        spec, CONFIG.model_copy(update={"agent_profiles": {**CONFIG.agent_profiles, "codex": profile}})
+    )
+    agentctl = next(i for i, c in enumerate(pod["spec"]["initContainers"]) if c["name"] == "agentctl")
+    assert secret_references(pod, "fix-bug-agentctl-token") == [
+        f".spec.initContainers[{agentctl}].env[0].valueFrom.secretKeyRef"
+    ]
+    assert [e["name"] for e in container(pod, "agent")["env"] if e["name"].startswith("AGENTCTL")] == []
+    # Nor can the agent see agentctl's processes, whose environment holds the token.
+    assert "shareProcessNamespace" not in pod["spec"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert not [v for v in pod["spec"]["volumes"] if "projected" in v or "secret" in v]
 
 
 def test_children_are_owned_and_labelled() -> None:

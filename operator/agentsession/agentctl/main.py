@@ -13,6 +13,8 @@ from agentsession.logs import setup_logging
 
 log = logging.getLogger("agentsession.agentctl")
 
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+
 
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound before the server and its libraries load: the kernel accepts a readiness probe's
@@ -64,9 +66,24 @@ def _packed(family: int, host: str) -> bytes | None:
         return None
 
 
+def keep_to_itself() -> None:
+    """Makes agentctl non-dumpable: no other process of its user, the workspace shell it runs among them, may then
+    read its environment (which holds its token) or its memory, or trace it. A no-op but on Linux."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        log.warning(
+            "agentctl's token stays readable by its shell: prctl failed (errno %d)", ctypes.get_errno()
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     early = early_listen(args, os.environ)
+    keep_to_itself()
     # Loaded once the port is taken (see given_address).
     from agentsession.agentctl.config import ConfigError, parse_config
 

@@ -1,0 +1,208 @@
+"""A stand-in agentctl for scale benchmarks only: one process answering for every session of a run.
+
+Pods on simulated (kwok) nodes run no containers, yet the operator starts ACP through agentctl, and the gateway
+follows each agent's journal. With the operator's and the gateway's `agentctl_host_override` (and port) pointing
+here, every session's agentctl is this process. It answers the routes its clients use (`agentsession.agentctl_routes`,
+bodies from `agentsession.agentctl_api`) with plausible replies: a session is known by its bearer token (any token
+is accepted), `start` is idempotent per token, the agent is always idle, its journal empty, and the update stream
+stays open with nothing to say. `GET /standin/stats` counts the calls, for the benchmark to check.
+
+    python -m benchmarks.agentctl_standin --port 9999      # --host 127.0.0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+from collections import Counter
+from datetime import UTC, datetime
+
+from aiohttp import WSMsgType, web
+from aiohttp.typedefs import Handler
+from pydantic import BaseModel, ValidationError
+
+from agentsession.agentctl_api import (
+    AcpActivity,
+    AgentIdentity,
+    DrainBody,
+    DrainResponse,
+    ErrorResponse,
+    HistoryResponse,
+    PermissionsResponse,
+    SessionMode,
+    StartRequest,
+    StartResponse,
+    StatusResponse,
+)
+from agentsession.agentctl_routes import (
+    AGENT_HEALTH,
+    DRAIN,
+    HEALTH,
+    HISTORY,
+    PERMISSIONS,
+    START,
+    STATUS,
+    UPDATES,
+    Route,
+)
+
+STATS_PATH = "/standin/stats"
+JOURNAL_ID = "standin"
+MODES = [SessionMode(id="ask", name="Ask"), SessionMode(id="code", name="Code")]
+IDENTITY = AgentIdentity(name="agentctl-standin", title="Stand-in agentctl", version="0")
+log = logging.getLogger("agentctl-standin")
+
+
+def _json(model: BaseModel, status: int = 200) -> web.Response:
+    return web.json_response(model.model_dump(mode="json"), status=status)
+
+
+def _error(status: int, code: str, message: str) -> web.Response:
+    return _json(ErrorResponse(error=code, message=message), status)
+
+
+def _token(request: web.Request) -> str:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Standin:
+    """Every session's agentctl at once: what was started (by token), the streams open, the calls counted."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.started: dict[str, StartResponse] = {}
+        self.streams: set[web.WebSocketResponse] = set()
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "timestamp": _now().isoformat()})
+
+    async def start(self, request: web.Request) -> web.Response:
+        try:
+            body = StartRequest.model_validate_json(await request.text())
+        except ValidationError as error:
+            return _error(422, "validation_error", str(error))
+        token = _token(request)
+        answer = self.started.get(token)
+        if answer is None:
+            # The same token (one session) always gets the same ACP session: agentctl's start is idempotent.
+            session_id = body.session_id or f"standin-{hashlib.sha256(token.encode()).hexdigest()[:16]}"
+            answer = StartResponse(
+                success=True,
+                session_id=session_id,
+                resumed=body.session_id is not None,
+                prompt_sent=body.prompt is not None and body.session_id is None,
+                current_mode_id=body.mode_id or MODES[0].id,
+                available_modes=MODES,
+                agent_info=IDENTITY,
+            )
+            self.started[token] = answer
+        return _json(answer)
+
+    async def status(self, request: web.Request) -> web.Response:
+        started = self.started.get(_token(request))
+        acp = AcpActivity(
+            session_id=started.session_id if started else None,
+            current_mode_id=started.current_mode_id if started else None,
+        )
+        return _json(
+            StatusResponse(
+                state="running", acp=acp, last_activity_at=_now(), last_seq=0, journal_id=JOURNAL_ID
+            )
+        )
+
+    async def drain(self, request: web.Request) -> web.Response:
+        try:
+            body = DrainBody.model_validate_json(await request.text())
+        except ValidationError as error:
+            return _error(422, "validation_error", str(error))
+        answer = DrainResponse(
+            outcome="idle", waited_seconds=0.0, timeout_seconds=body.timeout_seconds, cancelled_permissions=0
+        )
+        return _json(answer)
+
+    async def history(self, _: web.Request) -> web.Response:
+        return _json(HistoryResponse(updates=[], last_seq=0, journal_id=JOURNAL_ID))
+
+    async def permissions(self, _: web.Request) -> web.Response:
+        return _json(PermissionsResponse(pending=[]))
+
+    async def updates(self, request: web.Request) -> web.WebSocketResponse:
+        """An idle agent's journal: open until the client leaves, nothing in it."""
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self.streams.add(ws)
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.ERROR:
+                    break
+        finally:
+            self.streams.discard(ws)
+        return ws
+
+    async def stats(self, _: web.Request) -> web.Response:
+        return web.json_response(
+            {"calls": dict(self.calls), "sessions": len(self.started), "open_streams": len(self.streams)}
+        )
+
+    async def close_streams(self, _: web.Application) -> None:
+        for ws in list(self.streams):
+            await ws.close()
+
+
+def build_app() -> web.Application:
+    standin = Standin()
+    handlers: dict[Route, Handler] = {
+        HEALTH: standin.health,
+        AGENT_HEALTH: standin.health,
+        START: standin.start,
+        STATUS: standin.status,
+        DRAIN: standin.drain,
+        HISTORY: standin.history,
+        PERMISSIONS: standin.permissions,
+        UPDATES: standin.updates,
+    }
+    by_path = {route.path: route for route in handlers}
+
+    @web.middleware
+    async def count_and_check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = by_path.get(request.path)
+        if route is not None:
+            standin.calls[route.name] += 1
+            if route.auth and not _token(request):
+                return _error(401, "unauthorized", "a bearer token is required (any token is accepted)")
+        return await handler(request)
+
+    app = web.Application(middlewares=[count_and_check])
+    for route, handler in handlers.items():
+        app.router.add_route(route.method, route.path, handler)
+    app.router.add_get(STATS_PATH, standin.stats)
+    app.on_shutdown.append(standin.close_streams)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    web.run_app(
+        build_app(),
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        print=None,
+        shutdown_timeout=2,
+        backlog=4096,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

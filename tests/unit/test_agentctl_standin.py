@@ -1,0 +1,57 @@
+"""The scale benchmarks' stand-in agentctl answers the operator's and the gateway's calls within the contract:
+the shared client (which parses every answer into the contract's models) talks to it as to a real agentctl."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+from benchmarks.agentctl_standin import STATS_PATH, build_app
+
+from agentsession.agentctl_api import StartRequest
+from agentsession.agentctl_client import AgentctlClient, AgentctlError
+
+
+@pytest.fixture
+async def standin() -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
+    async with TestServer(build_app()) as server, aiohttp.ClientSession() as http:
+        yield http, str(server.make_url("")).rstrip("/")
+
+
+async def test_each_token_is_one_session_whose_start_is_idempotent(
+    standin: tuple[aiohttp.ClientSession, str],
+) -> None:
+    http, url = standin
+    one, other = AgentctlClient(http, url, "token-1"), AgentctlClient(http, url, "token-2")
+    first = await one.start(StartRequest(prompt="hello", mode_id="code"))
+    again = await one.start(StartRequest(prompt="hello"))
+    assert first == again
+    assert (first.session_id, first.current_mode_id, first.prompt_sent) == (again.session_id, "code", True)
+    assert (await other.start(StartRequest())).session_id != first.session_id
+    status = await one.status()
+    assert (status.acp.session_id, status.acp.turn_running, status.last_seq) == (first.session_id, False, 0)
+    assert (await one.drain(5)).outcome == "idle"
+    assert (await one.history()).updates == []
+    async with http.get(url + STATS_PATH) as answer:
+        stats = await answer.json()
+    assert stats["calls"] == {"start": 3, "status": 1, "drain": 1, "history": 1}
+    assert stats["sessions"] == 2
+
+
+async def test_the_update_stream_stays_open_and_is_counted(
+    standin: tuple[aiohttp.ClientSession, str],
+) -> None:
+    http, url = standin
+    async with AgentctlClient(http, url, "token").updates(after=0), http.get(url + STATS_PATH) as answer:
+        assert (await answer.json())["open_streams"] == 1
+
+
+async def test_a_call_without_a_token_is_refused_as_agentctl_would(
+    standin: tuple[aiohttp.ClientSession, str],
+) -> None:
+    http, url = standin
+    with pytest.raises(AgentctlError) as refused:
+        await AgentctlClient(http, url, "").status()
+    assert (refused.value.status, refused.value.code) == (401, "unauthorized")

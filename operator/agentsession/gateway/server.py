@@ -236,7 +236,9 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         client = kube or await connect(config.kubeconfig)
-        http = aiohttp.ClientSession()
+        # Every ready agent keeps an update stream open on this session: aiohttp's default cap of 100
+        # connections would leave the 101st agent unfollowed and every later call to an agentctl waiting.
+        http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         cache = SessionCache(
             client,
             config.namespaces,

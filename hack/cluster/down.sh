@@ -16,6 +16,8 @@ PURGE=0
 
 [ -d "$CLUSTER_DIR" ] || { log "no cluster state in $CLUSTER_DIR; nothing to stop"; exit 0; }
 
+# kwok (simulated nodes, hack/cluster/kwok.sh) first: its fake nodes and pods go with etcd's data.
+stop_components 5 kwok
 # The kubelet would restart containers as they are removed; stop it (and kube-proxy) first.
 stop_components 10 kube-proxy kubelet
 

@@ -7,6 +7,7 @@
 #   AGENTSESSION_CLUSTER_DIR   state (certs, etcd data, logs, pids); default ~/.cache/agentsession/cluster
 #   AGENTSESSION_CLUSTER_TIER  1 = control plane only (no containerd/kubelet/kube-proxy); default 2
 #   K8S_VERSION                Kubernetes release built and run; default 1.34.4
+#   AGENTSESSION_KWOK_NODES    N > 0: also start kwok with N simulated nodes (hack/cluster/kwok.sh); default 0
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -134,7 +135,11 @@ start_daemon etcd etcd --name agentsession --data-dir "$CLUSTER_DIR/etcd" \
 wait_for "etcd healthy" 30 etcd curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 
 # ---------------------------------------------------------------- control plane
+# WatchList off: with it, the API server turns every watch from resourceVersion "" or "0" into a streamed list,
+# which needs etcd's watch progress requests; etcd 3.4 has none, so such watches (kwok's, for one) fail at once and
+# their clients only see changes when they list again.
 start_daemon kube-apiserver "$K8S_BIN/kube-apiserver" \
+  --feature-gates WatchList=false \
   --bind-address "$NODE_IP" --secure-port "$APISERVER_PORT" --advertise-address "$NODE_IP" \
   --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
   --service-cluster-ip-range "$SERVICE_CIDR" \
@@ -346,4 +351,7 @@ wait_controller_manager
 wait_for "node $NODE_NAME Ready" 120 kubelet \
   kc wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
 wait_for "kube-proxy healthy" 60 kube-proxy curl -fsS http://127.0.0.1:10256/healthz
+if [ "${AGENTSESSION_KWOK_NODES:-0}" -gt 0 ]; then
+  "$HERE/kwok.sh" up --nodes "$AGENTSESSION_KWOK_NODES" | sed 's/^/    /'
+fi
 log "cluster ready; kubeconfig: $ADMIN_KUBECONFIG"

@@ -7,8 +7,11 @@ callers ask (is it being deleted? who owns it? which conditions are true?) in on
 
 from __future__ import annotations
 
+import copy
 import logging
+from collections.abc import Mapping
 from functools import cached_property
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -132,6 +135,21 @@ class PodView(ChildView):
     def ip(self) -> str | None:
         value = (self.body.get("status") or {}).get("podIP")
         return str(value) if value else None
+
+
+def pod_essentials(body: Mapping[str, Any]) -> Manifest:
+    """The parts of a pod the operator reads (its metadata, the node it is on, its status): what the operator's
+    indexes keep of each pod. The containers' spec and the metadata's managedFields are most of a pod's size and
+    read by no one here; with thousands of sessions, whole copies were most of the operator's memory."""
+    metadata = {key: value for key, value in body.get("metadata", {}).items() if key != "managedFields"}
+    essentials: Manifest = {
+        "apiVersion": body.get("apiVersion", "v1"),
+        "kind": body.get("kind", "Pod"),
+        "metadata": metadata,
+        "spec": {"nodeName": node} if (node := body.get("spec", {}).get("nodeName")) else {},
+        "status": body.get("status") or {},
+    }
+    return copy.deepcopy(essentials)
 
 
 class EventView(_Meta):

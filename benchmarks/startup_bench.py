@@ -38,6 +38,7 @@ from agentsession.api.session_ref import SessionRef
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.pod_builder import build_pod
 from agentsession.kube.client import ApiKube, connect
+from agentsession.kube.errors import Gone
 from agentsession.kube.resources import AGENT_SESSIONS, PODS, Resource
 
 BIN = Path(sys.executable).parent
@@ -47,8 +48,10 @@ WAIT = 180.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def kubectl(*args: str) -> None:
-    subprocess.run(["kubectl", *args], check=True, capture_output=True, timeout=60)
+def kubectl(*args: str, timeout: float = 60) -> str:
+    """kubectl's output; CalledProcessError (with kubectl's stderr) when it fails."""
+    done = subprocess.run(["kubectl", *args], check=True, capture_output=True, text=True, timeout=timeout)
+    return done.stdout
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -94,28 +97,37 @@ def _true(obj: dict[str, Any], kind: str) -> bool:
     )
 
 
+async def _mark(resource: Resource, kind: str, obj: dict[str, Any], seen: Seen) -> None:
+    name = obj.get("metadata", {}).get("name", "")
+    if kind == "DELETED":
+        await seen.mark(name, "deleted")
+    elif resource is PODS:
+        await seen.mark(name, "created")
+        if _agentctl_ready(obj):
+            await seen.mark(name, "agentctl_ready")
+        if _true(obj, "Ready"):
+            await seen.mark(name, "ready")
+    else:
+        for condition in ("AgentctlReady", "Ready"):
+            if _true(obj, condition):
+                await seen.mark(name, condition)
+
+
 async def watch(kube: ApiKube, resource: Resource, namespace: str, seen: Seen) -> None:
-    listing = await kube.list(resource, namespace)
-    version = listing.resource_version
     while True:
-        async for event in kube.watch(
-            resource, namespace, resource_version=version, timeout_seconds=300, inactivity_timeout=330
-        ):
-            obj = event.object
-            version = obj.get("metadata", {}).get("resourceVersion", version)
-            name = obj.get("metadata", {}).get("name", "")
-            if event.type == "DELETED":
-                await seen.mark(name, "deleted")
-            elif resource is PODS:
-                await seen.mark(name, "created")
-                if _agentctl_ready(obj):
-                    await seen.mark(name, "agentctl_ready")
-                if _true(obj, "Ready"):
-                    await seen.mark(name, "ready")
-            else:
-                for kind in ("AgentctlReady", "Ready"):
-                    if _true(obj, kind):
-                        await seen.mark(name, kind)
+        listing = await kube.list(resource, namespace)
+        for obj in listing.items:
+            await _mark(resource, "ADDED", obj, seen)
+        version = listing.resource_version
+        # A long run (thousands of objects) can outlast the API server's watch history: list again then.
+        with contextlib.suppress(Gone):
+            while True:
+                async for event in kube.watch(
+                    resource, namespace, resource_version=version, timeout_seconds=300, inactivity_timeout=330
+                ):
+                    version = event.object.get("metadata", {}).get("resourceVersion", version)
+                    if event.type != "BOOKMARK":
+                        await _mark(resource, event.type, event.object, seen)
 
 
 def agentctl_started(token: str) -> float | None:
@@ -215,7 +227,8 @@ class Bench:
 
 
 @contextlib.contextmanager
-def operator(kubeconfig: str | None, namespace: str) -> Iterator[None]:
+def operator(kubeconfig: str | None, namespace: str, **settings: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator of this checkout, serving `namespace` only; `settings` become AGENTSESSION_* variables."""
     env = {
         **os.environ,
         "AGENTSESSION_NAMESPACES": f'["{namespace}"]',
@@ -224,6 +237,7 @@ def operator(kubeconfig: str | None, namespace: str) -> Iterator[None]:
         "AGENTSESSION_METRICS_PORT": "0",
         "AGENTSESSION_LIVENESS_PORT": "0",
         "AGENTSESSION_LOG_FORMAT": "json",
+        **{f"AGENTSESSION_{key.upper()}": value for key, value in settings.items()},
     }
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
@@ -235,7 +249,7 @@ def operator(kubeconfig: str | None, namespace: str) -> Iterator[None]:
         )
     print(f"operator log: {log.name}", flush=True)
     try:
-        yield
+        yield proc
     finally:
         proc.terminate()
         try:

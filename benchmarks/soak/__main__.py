@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=args.out,
     )
     result = asyncio.run(run(config))
-    report.write(result, args.out / "memory.csv", args.plot)
+    if args.plot:
+        report.plot(result, args.plot)
     print(report.summary(result))
     print(f"\nsamples: {args.out / 'memory.csv'}; logs: {args.out}/operator.log, {args.out}/gateway.log")
     if args.plot:

@@ -26,22 +26,25 @@ from tests.support.gateway import Client, GatewayProcess, gateway_process
 from tests.support.processes import OperatorProcess, operator_process
 
 from agentsession.kube.client import ApiKube, connect
-from agentsession.kube.errors import KubeError
+from agentsession.kube.errors import KubeError, KubeUnavailable
 from agentsession.kube.ops import decode_token
 from agentsession.kube.resources import AGENT_SESSIONS, CLAIMS, PODS, SECRETS
 from agentsession.tasks import Supervisor
 from benchmarks.procfs import agentctl_pids, rss_bytes
 from benchmarks.soak.cycle import Cycle, CycleFailed, draw_plan
 from benchmarks.soak.invariants import Bounds, Invariants, Snapshot, Violation, children, owner_uid
-from benchmarks.soak.memory import Sample
+from benchmarks.soak.memory import CsvLog, Sample
 from benchmarks.startup_bench import bench_namespace, kubectl
 
 log = logging.getLogger("soak")
 DIALECT = "agent-lifecycle.v1"
 CLEANUP_WITHIN = 90.0
-# After the API server answers again, the controllers (the garbage collector, the operator's watches) catch up:
-# the invariants' clocks start again this long after.
-OUTAGE_GRACE = 30.0
+# After the API server answers again, the controllers catch up: the operator's watches, and the garbage collector,
+# which took up to a minute to remove the children of sessions deleted around a restart of the API server.
+# The invariants' clocks start again this long after.
+OUTAGE_GRACE = 60.0
+OUTAGE_WAIT = 300.0  # how long a slot waits for the API server to answer again
+CLEANUP_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,15 @@ class SoakResult:
     namespace: str = ""
     seconds: float = 0.0
     cycles: int = 0  # sessions that went through the whole cycle
-    failed_cycles: int = 0
+    failed_cycles: int = 0  # cut short: by a violation, or by an outage of the API server
     prompts: int = 0  # sent through the gateway and answered
     violations: list[Violation] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     load: list[tuple[float, float]] = field(default_factory=list)  # (seconds, 1-minute load average)
     longest: dict[str, float] = field(default_factory=dict)  # per rule, the longest its bad condition lasted
     outages: list[tuple[float, float]] = field(default_factory=list)  # (seconds, how long) the API was away
+    # Cycles that failed while the API server was away (or within the grace after): what failed, not judged.
+    cut_short: list[str] = field(default_factory=list)
 
 
 class Soak:
@@ -91,6 +96,7 @@ class Soak:
         self.gateway = gateway
         self.result = SoakResult(namespace=namespace)
         self.invariants = Invariants(config.bounds)
+        self.csv = CsvLog(config.out_dir / "memory.csv")
         self.snapshot: Snapshot | None = None
         self.gateway_view: dict[str, str] = {}
         self.broken: str | None = None  # why the run stopped early: a process of it died
@@ -132,12 +138,6 @@ class Soak:
     def prompted(self) -> None:
         self.result.prompts += 1
 
-    def check_frames(self, client: Client, subject: str) -> None:
-        """Every error frame is a violation: the run sends nothing the gateway should refuse."""
-        for frame in client.frames:
-            if frame.get("type") == "error":
-                self.record("error-frame", subject, json.dumps(frame.get("payload"))[:300])
-
     # --- the loops ---
 
     async def run(self) -> SoakResult:
@@ -150,10 +150,12 @@ class Soak:
             deadline = time.monotonic() + self.config.minutes * 60
             await asyncio.gather(*(self._slot(i, deadline) for i in range(self.config.sessions)))
             try:
-                await self.until("the namespace without sessions or their children", _empty, CLEANUP_WITHIN)
-                await self._fresh_snapshot()
+                await self.until("an empty namespace", _empty, CLEANUP_WITHIN)
+                # One more check, on a snapshot of the end state.
+                await self._until_api_answers()
             except CycleFailed as failed:
-                self.record("leftovers", self.namespace, failed.detail)
+                left = _leftovers(self.snapshot) if self.snapshot else "nothing listed"
+                self.record("leftovers", self.namespace, f"{failed.detail}; left: {left}")
             self.result.longest = dict(self.invariants.longest)
         finally:
             await loops.close()
@@ -170,21 +172,55 @@ class Soak:
             plan = draw_plan(rng, f"soak-{index}-{n}")
             n += 1
             cycle = Cycle(self, plan)
-            began = time.monotonic()
+            began = self.now()
             try:
                 await cycle.run()
                 self.result.cycles += 1
-                log.info("%s: whole cycle in %.1fs", plan.name, time.monotonic() - began)
+                log.info("%s: whole cycle in %.1fs", plan.name, self.now() - began)
                 continue
             except CycleFailed as failed:
-                self.record(failed.invariant, plan.name, failed.detail)
+                problems, api_failed = [(failed.invariant, failed.detail)], False
             except (AssertionError, KubeError, aiohttp.ClientError, TimeoutError) as error:
-                self.record("cycle", plan.name, f"{type(error).__name__}: {error}"[:2000])
+                problems = [("cycle", f"{type(error).__name__}: {error}"[:2000])]
+                api_failed = isinstance(error, KubeError) and api_away(error)
+            if cycle.error_frames and problems[0][0] != "error-frame":
+                problems.append(("error-frame", "; ".join(cycle.error_frames)))
             self.result.failed_cycles += 1
+            await self._clean_up(cycle)
+            if api_failed or self._outage_since is not None or self._outage_after(began):
+                self.result.cut_short.append(f"{plan.name}: {problems[0][1]}"[:300])
+                log.warning("%s cut short by an API server outage: %s", plan.name, problems[0][1][:300])
+            else:
+                for invariant, detail in problems:
+                    self.record(invariant, plan.name, detail)
+
+    async def _clean_up(self, cycle: Cycle) -> None:
+        """Deletes what a cut-short cycle left, trying again after an outage of the API server."""
+        for _ in range(CLEANUP_ATTEMPTS):
             try:
                 await cycle.delete_and_wait()
-            except (CycleFailed, KubeError) as error:
-                self.record("cycle", plan.name, f"cleaning up: {error}")
+                return
+            except KubeError as error:
+                if not api_away(error):
+                    self.record("cycle", cycle.name, f"cleaning up: {error}")
+                    return
+            except CycleFailed as failed:
+                self.record("cycle", cycle.name, f"cleaning up: {failed.detail}")
+                return
+            await self._until_api_answers()
+        self.record(
+            "cycle", cycle.name, f"cleaning up: the API server did not answer in {CLEANUP_ATTEMPTS} tries"
+        )
+
+    def _outage_after(self, began: float) -> bool:
+        """Whether an outage of the API server (and its grace) overlapped the time since `began`."""
+        return any(at + lasted + OUTAGE_GRACE >= began for at, lasted in self.result.outages)
+
+    async def _until_api_answers(self) -> None:
+        """Until a snapshot taken from now on: the API server answers, and an outage, if any, is on record."""
+        asked = self.now()
+        with contextlib.suppress(CycleFailed):
+            await self.until("the API server answering", lambda snap: snap.at > asked, OUTAGE_WAIT)
 
     async def _check_loop(self, observer: Client) -> None:
         while True:
@@ -212,11 +248,6 @@ class Soak:
                     self.snapshot = snap
                     self._fresh.notify_all()
             await asyncio.sleep(self.config.check_seconds)
-
-    async def _fresh_snapshot(self) -> None:
-        """Waits for a snapshot taken after this moment, so the last check sees the end state."""
-        asked = self.now()
-        await self.until("a last snapshot", lambda snap: snap.at > asked, 60)
 
     def _read_observer(self, observer: Client) -> None:
         frames, observer.frames[:] = list(observer.frames), []
@@ -246,7 +277,7 @@ class Soak:
 
     def _sample(self) -> None:
         at = self.now()
-        samples = self.result.samples
+        samples: list[Sample] = []
         for name, proc in (("operator", self.operator.proc), ("gateway", self.gateway.proc)):
             rss = rss_bytes(proc.pid)
             if rss is not None:
@@ -263,11 +294,25 @@ class Soak:
                 rss = rss_bytes(pid)
                 if rss is not None:
                     samples.append(Sample(at, "agentctl", f"{tokens[token]}/{pid}", rss))
+        self.result.samples += samples
+        self.csv.append(samples)
         self.result.load.append((at, os.getloadavg()[0]))
 
 
+def api_away(error: KubeError) -> bool:
+    """No answer, or the API server's own failure (503 while it starts): not a refusal of the request."""
+    return isinstance(error, KubeUnavailable) or (error.status or 0) >= 500
+
+
+def _leftovers(snap: Snapshot) -> str:
+    """The sessions and their children a snapshot still shows."""
+    names = [f"AgentSession {s['metadata']['name']}" for s in snap.sessions]
+    names += [f"{kind} {c['metadata']['name']}" for kind, c in children(snap) if owner_uid(c)]
+    return ", ".join(names)
+
+
 def _empty(snap: Snapshot) -> bool:
-    return not snap.sessions and not any(owner_uid(c) for _, c in children(snap))
+    return not _leftovers(snap)
 
 
 async def _remove_sessions(kube: ApiKube, namespace: str) -> None:

@@ -25,9 +25,7 @@ class Bounds:
     starting: float = 60.0  # in Pending or Starting (or no phase yet)
     terminating: float = 60.0  # deleted, with the finalizer still on
     orphan: float = 30.0  # a Pod, Secret or claim whose session is gone: the garbage collector's delay
-    status_lag: float = (
-        15.0  # status.observedGeneration behind the spec; Ready without its pod in the listing
-    )
+    status_lag: float = 30.0  # observedGeneration behind the spec; Ready without its pod listed
     suspended_pod: float = 30.0  # a suspended session's pod still there: an idle agent stops in about 3 s
     gateway: float = 15.0  # the gateway's status differing from the one the API's object gives
 

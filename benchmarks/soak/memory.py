@@ -1,6 +1,6 @@
 """Memory samples of a soak run: the rows of its CSV, the curves of its plot, and the figures of its report.
 
-Pure: the driver reads /proc and hands the samples in. The operator and the gateway are one process each for the
+The driver reads /proc and hands the samples in; only `CsvLog` writes. The operator and the gateway are one process each for the
 whole run; an agentctl lives as long as its pod, a minute or so, so agentctl is reported as the mean and the
 maximum over the pods alive at each sample.
 """
@@ -34,13 +34,22 @@ class Figures:
     late_slope_mib_per_hour: float  # over its second half, past the warm-up (imports, caches, first pods)
 
 
-def write_csv(samples: Iterable[Sample], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as out:
-        writer = csv.writer(out)
-        writer.writerow(["seconds", "process", "subject", "rss_mib"])
-        for s in samples:
-            writer.writerow([f"{s.at:.1f}", s.process, s.subject, f"{s.rss_bytes / MIB:.2f}"])
+class CsvLog:
+    """The samples as CSV, appended as they come: a run cut short keeps what it measured."""
+
+    HEADER = ("seconds", "process", "subject", "rss_mib")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as out:
+            csv.writer(out).writerow(self.HEADER)
+
+    def append(self, samples: Iterable[Sample]) -> None:
+        with self.path.open("a", newline="") as out:
+            writer = csv.writer(out)
+            for s in samples:
+                writer.writerow([f"{s.at:.1f}", s.process, s.subject, f"{s.rss_bytes / MIB:.2f}"])
 
 
 def curves(samples: Iterable[Sample]) -> dict[str, list[Point]]:

@@ -1,4 +1,4 @@
-"""What a soak run leaves: the figures printed at its end, the samples as CSV, and the memory plot as SVG."""
+"""What a soak run shows at its end: its figures as text, and its memory curves as an SVG plot."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ from pathlib import Path
 
 from benchmarks.soak.chart import line_chart
 from benchmarks.soak.driver import OUTAGE_GRACE, SoakResult
-from benchmarks.soak.memory import curves, figures, write_csv
+from benchmarks.soak.memory import curves, figures
 
 
 def summary(result: SoakResult) -> str:
     lines = [
         f"minutes run: {result.seconds / 60:.1f} (namespace {result.namespace})",
-        f"sessions churned: {result.cycles} whole cycles, {result.failed_cycles} cut short",
+        f"sessions churned: {result.cycles} whole cycles, {result.failed_cycles} cut short"
+        f" ({len(result.cut_short)} of them by an API server outage)",
         f"prompts through the gateway: {result.prompts}",
         f"invariant violations: {len(result.violations)}",
         *(f"  {v.line()}" for v in result.violations[:50]),
@@ -46,9 +47,9 @@ def summary(result: SoakResult) -> str:
     return "\n".join(lines)
 
 
-def write(result: SoakResult, csv_path: Path, plot: Path | None) -> None:
-    write_csv(result.samples, csv_path)
-    if plot is not None and result.samples:
+def plot(result: SoakResult, path: Path) -> None:
+    """The memory curves of the run as an SVG line chart."""
+    if result.samples:
         minutes = result.seconds / 60
         svg = line_chart(
             curves(result.samples),
@@ -56,5 +57,5 @@ def write(result: SoakResult, csv_path: Path, plot: Path | None) -> None:
             x_label="minutes into the run",
             y_label="RSS (MiB)",
         )
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        plot.write_text(svg)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(svg)

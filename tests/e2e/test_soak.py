@@ -38,7 +38,7 @@ async def test_a_minute_of_churn_through_the_gateway_breaks_no_invariant(
         out_dir=tmp_path,
     )
     result = await run(config)
-    report.write(result, tmp_path / "memory.csv", tmp_path / "memory.svg")
+    report.plot(result, tmp_path / "memory.svg")
     print(report.summary(result))
 
     assert result.violations == [], "\n".join(v.line() for v in result.violations)
@@ -46,4 +46,5 @@ async def test_a_minute_of_churn_through_the_gateway_breaks_no_invariant(
     assert result.cycles >= 3
     assert result.prompts == 2 * result.cycles
     assert {s.process for s in result.samples} == {"operator", "gateway", "agentctl"}
+    assert len((tmp_path / "memory.csv").read_text().splitlines()) == 1 + len(result.samples)
     assert (tmp_path / "memory.svg").read_text().startswith("<svg")

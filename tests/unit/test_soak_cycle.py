@@ -1,5 +1,5 @@
-"""A soak cycle's pure parts: its plan comes from the seed alone, and its history check catches a lost entry or a
-prompt sent twice."""
+"""A soak cycle's pure parts: its plan comes from the seed alone, its history check catches a lost entry or a
+prompt sent twice, and an API server that is away is not the run's failure."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 from benchmarks.soak.cycle import Cycle, CycleFailed, Plan, draw_plan
+from benchmarks.soak.driver import api_away
+
+from agentsession.kube.errors import Conflict, KubeError, KubeUnavailable, NotFound
 
 
 def plans(seed: str, count: int = 20) -> list[Plan]:
@@ -85,3 +88,17 @@ def test_an_initial_prompt_sent_again_on_resume_fails_the_cycle() -> None:
     c._keep(BEFORE, "the first initialize")
     with pytest.raises(CycleFailed, match=r"prompts in the history are \['first', 'first'\]"):
         c._keep([*BEFORE, entry("user_message_chunk", "first")], "the resume")
+
+
+@pytest.mark.parametrize(
+    ("error", "away"),
+    [
+        (KubeUnavailable("create failed: connection refused"), True),
+        (KubeError("create failed: HTTP 503 ServiceUnavailable", status=503), True),
+        (NotFound("get failed: HTTP 404", status=404), False),
+        (Conflict("create failed: HTTP 409 AlreadyExists", status=409, reason="AlreadyExists"), False),
+    ],
+)
+def test_an_api_server_that_is_away_is_told_from_a_refusal(error: KubeError, away: bool) -> None:
+    # A cycle cut short by the first is the shared control plane's doing; by the second, the run's own.
+    assert api_away(error) is away

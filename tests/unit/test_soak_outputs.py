@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from benchmarks.soak.chart import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, line_chart, nice_ticks
-from benchmarks.soak.memory import MIB, Sample, curves, figures, slope_per_hour, write_csv
+from benchmarks.soak.memory import MIB, CsvLog, Sample, curves, figures, slope_per_hour
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -44,11 +44,14 @@ def test_curves_keep_single_processes_and_summarize_the_agentctls_of_each_moment
     assert result["agentctl (max of live pods)"] == [(0.0, 60.0), (1.0, 50.0)]
 
 
-def test_the_csv_has_one_row_per_sample_in_mib(tmp_path: Path) -> None:
+def test_the_csv_grows_by_one_row_per_sample_in_mib(tmp_path: Path) -> None:
     path = tmp_path / "out" / "memory.csv"
-    write_csv([Sample(1.25, "gateway", "7", 3 * MIB // 2)], path)
+    log = CsvLog(path)
+    assert list(csv.reader(path.open())) == [["seconds", "process", "subject", "rss_mib"]]
+    log.append([Sample(1.25, "gateway", "7", 3 * MIB // 2)])
+    log.append([Sample(10.0, "operator", "8", 100 * MIB)])
     rows = list(csv.reader(path.open()))
-    assert rows == [["seconds", "process", "subject", "rss_mib"], ["1.2", "gateway", "7", "1.50"]]
+    assert rows[1:] == [["1.2", "gateway", "7", "1.50"], ["10.0", "operator", "8", "100.00"]]
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench soak crd mutation console-assets
+.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench soak scale crd mutation console-assets
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,18 @@ soak: $(STAMP)
 	KUBECONFIG="$${KUBECONFIG:-$$(hack/cluster/kubeconfig.sh | tail -n1)}" \
 	  PATH="$${AGENTSESSION_CACHE:-$$HOME/.cache/agentsession}/bin:$$PATH" \
 	  $(PY) -m benchmarks.soak --minutes $(SOAK_MINUTES) --sessions $(SOAK_SESSIONS) --plot docs/soak-memory.svg
+
+# Scale: SCALE_SESSIONS (default 1000) AgentSessions at once through one operator, on SCALE_NODES simulated (kwok)
+# nodes of the local cluster, which this starts; one stand-in agentctl answers for every session. Prints latencies,
+# sessions per second, the operator's memory, CPU and API requests, and the gateway's session_state with every agent
+# (docs/benchmarks.md, "Scale"). `hack/cluster/kwok.sh down` removes the fake nodes.
+SCALE_SESSIONS ?= 1000
+SCALE_NODES ?= 10
+scale: $(STAMP)
+	export KUBECONFIG="$${KUBECONFIG:-$$(hack/cluster/kubeconfig.sh | tail -n1)}" \
+	  PATH="$${AGENTSESSION_CACHE:-$$HOME/.cache/agentsession}/bin:$$PATH"; \
+	  hack/cluster/kwok.sh up --nodes $(SCALE_NODES) && \
+	  $(PY) -m benchmarks.scale_bench --sessions $(SCALE_SESSIONS) $(SCALE_ARGS)
 
 # Mutation testing of the pure core and agentctl's journal, events and permissions ([tool.mutmut] in
 # pyproject.toml says which), judged by tests/unit and tests/component; then the score per module, failing under

@@ -37,6 +37,33 @@ def started_at(pid: int) -> float | None:
     return int(stat.rsplit(")", 1)[1].split()[19]) / CLOCK_TICKS
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU time the process has used; None once it is gone."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def cpu_by_command(commands: Iterable[str]) -> dict[str, float]:
+    """CPU seconds used so far by the processes of each command name (as /proc/PID/comm gives it, at most 15
+    characters); commands with no process here are left out."""
+    wanted = set(commands)
+    used: dict[str, float] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if command in wanted and (seconds := cpu_seconds(int(entry.name))) is not None:
+            used[command] = used.get(command, 0.0) + seconds
+    return used
+
+
 def agentctl_pids(tokens: Iterable[str]) -> dict[str, int]:
     """The agentctl process of each token, found by the token in its environment (agentctl keeps it from the
     processes it starts, so only agentctl has it); tokens of no visible process are left out."""

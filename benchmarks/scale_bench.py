@@ -55,6 +55,7 @@ from benchmarks.api_clients import (
     delete_flow_schemas,
     flow_schema_name,
 )
+from benchmarks.procfs import cpu_by_command, cpu_seconds, rss_bytes
 from benchmarks.startup_bench import Seen, bench_namespace, kubectl, operator, percentile, row, watch
 
 KWOK_NODES = "type=kwok"
@@ -63,8 +64,8 @@ ON_KWOK: dict[str, Any] = {
     "nodeSelector": {"type": "kwok"},
     "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
 }
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
+# The control plane's processes, by command name (/proc/PID/comm keeps 15 characters), where it runs on this machine.
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller", "kwok")
 # Who sends each kind of request here, for the reader of the table.
 CLIENTS = {
     ("POST", "agentsessions", ""): "this benchmark",
@@ -114,9 +115,7 @@ class Usage:
 
     @staticmethod
     def of(pid: int) -> Usage:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        rss_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-        return Usage((int(fields[11]) + int(fields[12])) / CLOCK_TICKS, rss_pages * PAGE)
+        return Usage(cpu_seconds(pid) or 0.0, rss_bytes(pid) or 0)
 
 
 async def operator_metrics(url: str) -> dict[str, float]:
@@ -163,6 +162,18 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
         spy.send_signal(signal.SIGINT)  # py-spy writes its samples when interrupted
         spy.wait(timeout=60)
         print(f"operator profile (py-spy, collapsed stacks): {out}", flush=True)
+
+
+def traced(proc: subprocess.Popen[bytes], out: Path, within: float = 120.0) -> None:
+    """Has the operator under tracemalloc (`benchmarks.traced_operator`) write what it holds now."""
+    out.unlink(missing_ok=True)
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + within
+    while not out.exists():  # written whole, then renamed
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the operator wrote no {out} within {within:.0f}s")
+        time.sleep(0.5)
+    print(f"operator's allocations at rest (tracemalloc): {out}", flush=True)
 
 
 @contextlib.contextmanager
@@ -302,14 +313,20 @@ class Snapshot:
     usage: Usage
     api: ApiServerCounters
     operator: dict[str, float]
+    control_plane: dict[str, float]  # CPU seconds by process
 
     @staticmethod
     async def take(pid: int, metrics_url: str) -> Snapshot:
         api = await asyncio.to_thread(ApiServerCounters.read)
-        return Snapshot(time.monotonic(), Usage.of(pid), api, await operator_metrics(metrics_url))
+        control_plane = await asyncio.to_thread(cpu_by_command, CONTROL_PLANE)
+        return Snapshot(
+            time.monotonic(), Usage.of(pid), api, await operator_metrics(metrics_url), control_plane
+        )
 
 
-async def run(n: int, quiet: float, concurrency: int, settle: float, profile: Path | None) -> None:
+async def run(
+    n: int, quiet: float, concurrency: int, settle: float, profile: Path | None, trace_memory: Path | None
+) -> None:
     nodes = await asyncio.to_thread(fake_nodes)
     kube = await connect(os.environ.get("KUBECONFIG"))
     namespace = await bench_namespace()
@@ -331,6 +348,9 @@ async def run(n: int, quiet: float, concurrency: int, settle: float, profile: Pa
             operator(
                 str(kubeconfigs["operator"]),
                 namespace,
+                [sys.executable, "-m", "benchmarks.traced_operator", str(trace_memory)]
+                if trace_memory
+                else None,
                 agentctl_host_override="127.0.0.1",
                 agentctl_port=str(agentctl_port),
                 metrics_port=str(metrics_port),
@@ -354,6 +374,8 @@ async def run(n: int, quiet: float, concurrency: int, settle: float, profile: Pa
                 await asyncio.sleep(min(5.0, quiet))
                 samples.append(Usage.of(proc.pid).rss)
             after = await Snapshot.take(proc.pid, metrics_url)
+            if trace_memory is not None:
+                await asyncio.to_thread(traced, proc, trace_memory)
             fig.values.update(
                 apply_seconds=applied - start,
                 agentctl_seconds=agentctl - start,
@@ -362,6 +384,10 @@ async def run(n: int, quiet: float, concurrency: int, settle: float, profile: Pa
                 rss_rest=sorted(samples)[len(samples) // 2],
                 cpu_burst=done.usage.cpu - before.usage.cpu,
                 cpu_quiet=after.usage.cpu - rest.usage.cpu,
+                control_plane_burst={
+                    name: done.control_plane[name] - before.control_plane.get(name, 0.0)
+                    for name in done.control_plane
+                },
                 burst_reconciles=done.operator["reconciles"] - before.operator["reconciles"],
                 burst_reconcile_seconds=done.operator["reconcile_seconds"]
                 - before.operator["reconcile_seconds"],
@@ -438,6 +464,14 @@ def report(fig: Figures) -> None:
         f"operator CPU: {v['cpu_burst']:.1f} s for the burst = {v['cpu_burst'] / n * 1000:.1f} s per 1,000 "
         f"sessions; at rest {v['cpu_quiet']:.2f} s in {v['quiet_seconds']:.0f} s"
     )
+    if v["control_plane_burst"]:
+        busy = ", ".join(f"{name} {cpu:.1f} s" for name, cpu in sorted(v["control_plane_burst"].items()))
+        seconds = v["agentctl_seconds"]
+        print(
+            f"control plane CPU in the burst (processes on this machine): {busy}; "
+            f"{sum(v['control_plane_burst'].values()) / seconds:.2f} CPUs over its {seconds:.0f} s, "
+            f"the operator {v['cpu_burst'] / seconds:.2f}"
+        )
     grown = v["rss_rest"] - v["rss_before"]
     print(
         f"operator RSS: {_mib(v['rss_before'])} before the burst, {_mib(v['rss_rest'])} at rest after it "
@@ -488,6 +522,11 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="py-spy's samples of the operator during the burst (collapsed stacks) to this file",
     )
+    parser.add_argument(
+        "--trace-memory",
+        type=Path,
+        help="run the operator under tracemalloc (slower) and write its allocations at rest to this file",
+    )
     args = parser.parse_args(argv)
     if fake_nodes() == 0:
         print(
@@ -496,7 +535,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    asyncio.run(run(args.sessions, args.quiet_seconds, args.concurrency, args.settle_seconds, args.profile))
+    asyncio.run(
+        run(
+            args.sessions,
+            args.quiet_seconds,
+            args.concurrency,
+            args.settle_seconds,
+            args.profile,
+            args.trace_memory,
+        )
+    )
     return 0
 
 

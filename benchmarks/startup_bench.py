@@ -227,8 +227,11 @@ class Bench:
 
 
 @contextlib.contextmanager
-def operator(kubeconfig: str | None, namespace: str, **settings: str) -> Iterator[subprocess.Popen[bytes]]:
-    """The operator of this checkout, serving `namespace` only; `settings` become AGENTSESSION_* variables."""
+def operator(
+    kubeconfig: str | None, namespace: str, command: list[str] | None = None, **settings: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator of this checkout, serving `namespace` only; `settings` become AGENTSESSION_* variables.
+    `command` runs it another way (e.g. under a profiler)."""
     env = {
         **os.environ,
         "AGENTSESSION_NAMESPACES": f'["{namespace}"]',
@@ -245,7 +248,7 @@ def operator(kubeconfig: str | None, namespace: str, **settings: str) -> Iterato
         "wb", prefix="startup-bench-operator-", suffix=".log", delete=False
     ) as log:
         proc = subprocess.Popen(
-            [str(BIN / "agentsession-operator")], stdout=log, stderr=subprocess.STDOUT, env=env
+            command or [str(BIN / "agentsession-operator")], stdout=log, stderr=subprocess.STDOUT, env=env
         )
     print(f"operator log: {log.name}", flush=True)
     try:

@@ -6,6 +6,7 @@ state, never remembers what it did last time, and is safe to run twice.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -417,20 +418,26 @@ class Reconciler:
         self, session: SessionView, previous: AgentSessionStatus, status: AgentSessionStatus
     ) -> None:
         """Writes `status` if it differs from `previous` (what the API holds), with the Events of the change."""
+        # The Events go out with the status, not after it: a reconcile waits one round trip, not one per Event.
+        writes = [
+            self._event(session, Event(record.type, record.reason, record.message))
+            for record in status_events(previous, status)
+        ]
         new = status.model_dump(mode="json")
         if new != previous.model_dump(mode="json"):
-            try:
-                await self._kube.patch(
-                    AGENT_SESSIONS, session.namespace, session.name, {"status": new}, status=True
-                )
-            except NotFound:
-                # Deleted since it was observed: its DELETED event comes next and forgets it.
-                log.debug("%s/%s is gone; its status is not written", *session.key)
-                return
-        for record in status_events(previous, status):
-            await self._event(session, Event(record.type, record.reason, record.message))
+            writes.insert(0, self._patch_status(session, new))
+        await asyncio.gather(*writes)
         self._observe_stages(previous, status)
         self._set_phase(session.key, status.phase)
+
+    async def _patch_status(self, session: SessionView, status: Manifest) -> None:
+        try:
+            await self._kube.patch(
+                AGENT_SESSIONS, session.namespace, session.name, {"status": status}, status=True
+            )
+        except NotFound:
+            # Deleted since it was observed: its DELETED event comes next and forgets it.
+            log.debug("%s/%s is gone; its status is not written", *session.key)
 
     async def _event(self, session: SessionView, event: Event) -> None:
         metrics.EVENTS_POSTED.labels(type=event.type).inc()

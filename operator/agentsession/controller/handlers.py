@@ -36,7 +36,7 @@ from agentsession.controller.watch_health import WatchHealth, WatchStalled, live
 from agentsession.controller.work_queue import WorkQueue
 from agentsession.kube.client import Kube, connect
 from agentsession.kube.resources import AGENT_SESSIONS
-from agentsession.kube.views import pod_essentials
+from agentsession.kube.views import packed_pod, unpacked_pod
 
 
 def _served(namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
@@ -109,14 +109,14 @@ def configure_settings(settings: kopf.OperatorSettings, config: OperatorConfig) 
 async def session_pods(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], Any]:
-    return {(namespace or "", labels[LABEL_SESSION]): pod_essentials(body)}
+    return {(namespace or "", labels[LABEL_SESSION]): packed_pod(body)}
 
 
 @kopf.index("pods", **POOL_PODS)
 async def pool_pods(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], Any]:
-    return {(namespace or "", labels[LABEL_POOL]): pod_essentials(body)}
+    return {(namespace or "", labels[LABEL_POOL]): packed_pod(body)}
 
 
 @kopf.index("pods", **CLAIMED_PODS)
@@ -124,7 +124,7 @@ async def claimed_pods(
     namespace: str | None, name: str, labels: kopf.Labels, **_: Any
 ) -> dict[tuple[str, str], Any]:
     # Only counted (a pool's status.claimed): the name is enough.
-    return {(namespace or "", labels[LABEL_CLAIMED_FROM]): {"metadata": {"name": name}}}
+    return {(namespace or "", labels[LABEL_CLAIMED_FROM]): packed_pod({"metadata": {"name": name}})}
 
 
 @kopf.on.startup()
@@ -146,7 +146,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     agentctl = http_connector(http, timeout=config.start_timeout_seconds, on_call=observe_call)
 
     def pod_lookup(namespace: str, label: str, value: str) -> list[dict[str, Any]]:
-        return list(indexes[label].get((namespace, value), []))
+        return [unpacked_pod(packed) for packed in indexes[label].get((namespace, value), [])]
 
     reconciler = Reconciler(config, kube, agentctl, pod_lookup)
     pools = PoolReconciler(config, kube, pod_lookup)

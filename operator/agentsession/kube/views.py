@@ -7,7 +7,7 @@ callers ask (is it being deleted? who owns it? which conditions are true?) in on
 
 from __future__ import annotations
 
-import copy
+import json
 import logging
 from collections.abc import Mapping
 from functools import cached_property
@@ -140,7 +140,8 @@ class PodView(ChildView):
 def pod_essentials(body: Mapping[str, Any]) -> Manifest:
     """The parts of a pod the operator reads (its metadata, the node it is on, its status): what the operator's
     indexes keep of each pod. The containers' spec and the metadata's managedFields are most of a pod's size and
-    read by no one here; with thousands of sessions, whole copies were most of the operator's memory."""
+    read by no one here; with thousands of sessions, whole copies were most of the operator's memory. Shares its
+    parts with `body`: `packed_pod` is what keeps them."""
     metadata = {key: value for key, value in body.get("metadata", {}).items() if key != "managedFields"}
     essentials: Manifest = {
         "apiVersion": body.get("apiVersion", "v1"),
@@ -149,7 +150,21 @@ def pod_essentials(body: Mapping[str, Any]) -> Manifest:
         "spec": {"nodeName": node} if (node := body.get("spec", {}).get("nodeName")) else {},
         "status": body.get("status") or {},
     }
-    return copy.deepcopy(essentials)
+    return essentials
+
+
+def packed_pod(body: Mapping[str, Any]) -> str:
+    """A pod's essentials as compact JSON, for a store that keeps thousands of pods for long.
+
+    One string per pod instead of some hundred small objects: in a burst of sessions those were allocated among
+    the burst's short-lived objects, and the allocator's arenas that held both could not be given back after it."""
+    return json.dumps(pod_essentials(body), separators=(",", ":"))
+
+
+def unpacked_pod(packed: str) -> Manifest:
+    """The pod `packed_pod` stored, as a new object each time."""
+    pod: Manifest = json.loads(packed)
+    return pod
 
 
 class EventView(_Meta):

@@ -137,7 +137,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     }
     config: OperatorConfig = memo["config"]
     configure_settings(settings, config)
-    kube = await connect()
+    # A reconcile makes one request at a time, but a status write goes out with its Events.
+    kube = await connect(max_connections=2 * config.max_concurrent_reconciles)
     http = aiohttp.ClientSession()
 
     def observe_call(call: str, outcome: str, seconds: float) -> None:

@@ -84,10 +84,14 @@ class Kube(Protocol):
     async def close(self) -> None: ...
 
 
-async def connect(kubeconfig: str | None = None, *, request_timeout: float = 30.0) -> ApiKube:
+async def connect(
+    kubeconfig: str | None = None, *, request_timeout: float = 30.0, max_connections: int = 100
+) -> ApiKube:
     """In a pod the service account is used (its token re-read as it rotates); elsewhere the kubeconfig
-    (`kubeconfig`, else $KUBECONFIG or ~/.kube/config)."""
+    (`kubeconfig`, else $KUBECONFIG or ~/.kube/config). At most `max_connections` requests at once: each open
+    connection keeps a TLS read buffer of 128 KiB or more."""
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = max_connections
     if kubeconfig is None:
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

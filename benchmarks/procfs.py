@@ -15,14 +15,14 @@ PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def rss_bytes(pid: int) -> int | None:
-    """Resident set size (VmRSS); None once the process is gone."""
+def rss_bytes(pid: int, field: str = "VmRSS") -> int | None:
+    """Resident set size (VmRSS; VmHWM: its peak so far); None once the process is gone."""
     try:
         status = (PROC / str(pid) / "status").read_text()
     except OSError:
         return None
     for line in status.splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
     return None
 

@@ -295,6 +295,7 @@ async def gateway_figures(
                         )
                     agents = len(frame["payload"]["agents"])
         rss = Usage.of(gateway.proc.pid).rss
+        peak = rss_bytes(gateway.proc.pid, "VmHWM") or 0
     return {
         "serving_seconds": serving,
         "following_seconds": following,
@@ -302,6 +303,7 @@ async def gateway_figures(
         "state_bytes": max(sizes),
         "agents": agents,
         "rss": rss,
+        "rss_peak": peak,
     }
 
 
@@ -382,6 +384,7 @@ async def run(
                 ready_seconds=ready - start,
                 rss_before=before.usage.rss,
                 rss_rest=sorted(samples)[len(samples) // 2],
+                rss_peak=rss_bytes(proc.pid, "VmHWM") or 0,
                 cpu_burst=done.usage.cpu - before.usage.cpu,
                 cpu_quiet=after.usage.cpu - rest.usage.cpu,
                 control_plane_burst={
@@ -475,7 +478,7 @@ def report(fig: Figures) -> None:
     grown = v["rss_rest"] - v["rss_before"]
     print(
         f"operator RSS: {_mib(v['rss_before'])} before the burst, {_mib(v['rss_rest'])} at rest after it "
-        f"({grown / n / 1024:.1f} KiB per session)"
+        f"({grown / n / 1024:.1f} KiB per session), peak {_mib(v['rss_peak'])}"
     )
     print(
         f"operator API requests: {v['burst_operator_requests']} in the burst ({v['burst_operator_requests'] / n:.1f} "
@@ -503,7 +506,7 @@ def gateway_report(g: dict[str, Any]) -> str:
         f"\ngateway with {g['agents']} agents: /readyz after {g['serving_seconds']:.1f} s, following every "
         f"agentctl after {g['following_seconds']:.1f} s ({g['requests']} API requests); session_state "
         f"{g['state_bytes'] / 1024:.0f} KiB ({g['state_bytes'] / g['agents']:.0f} bytes per agent) in p50 "
-        f"{percentile(times, 50) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms; gateway RSS {_mib(g['rss'])}"
+        f"{percentile(times, 50) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms; gateway RSS {_mib(g['rss'])} (peak {_mib(g['rss_peak'])})"
     )
 
 

@@ -310,6 +310,40 @@ CASES = [
         {"AgentctlReady": "CrashLoopBackOff", "Ready": "CrashLoopBackOff"},
     ),
     Case(
+        "agentctl's Secret missing",
+        pod(
+            phase="Pending",
+            scheduled=SCHEDULED,
+            agentctl={
+                "state": {
+                    "waiting": {
+                        "reason": "CreateContainerConfigError",
+                        "message": 'secret "s-agentctl-token" not found',
+                    }
+                }
+            },
+        ),
+        "Failed",
+        {"AgentctlReady": "CreateContainerConfigError", "Ready": "CreateContainerConfigError"},
+    ),
+    Case(
+        "the kubelet's Secret cache behind a busy API server",
+        pod(
+            phase="Pending",
+            scheduled=SCHEDULED,
+            agentctl={
+                "state": {
+                    "waiting": {
+                        "reason": "CreateContainerConfigError",
+                        "message": "failed to sync secret cache: timed out waiting for the condition",
+                    }
+                }
+            },
+        ),
+        "Starting",
+        {"AgentctlReady": "CreateContainerConfigError", "Ready": "CreateContainerConfigError"},
+    ),
+    Case(
         "pod evicted",
         pod(phase="Failed", scheduled=SCHEDULED, reason="Evicted", message="The node was low on memory."),
         "Failed",

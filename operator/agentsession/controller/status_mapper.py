@@ -6,6 +6,7 @@ and say why not, and lastTransitionTime moves only when a condition's status cha
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -56,6 +57,9 @@ START_DUE = frozenset(
     {"Initializing", "AgentctlRestarted", "AgentRestarted", "InitializeFailed", "AgentExited"}
 )
 NODE_NOT_READY = "NodeNotReady"
+# The kubelet's own caches of Secrets and ConfigMaps behind the API server (a busy one): the kubelet retries, and
+# the container starts once they catch up. Not a failure of the session, unlike a Secret that does not exist.
+KUBELET_CACHE_LAG = re.compile(r"failed to sync (secret|configmap) cache")
 PENDING_REASONS = frozenset(
     {"PodNotCreated", "PodDeleted", "Pending", "Unschedulable", QUOTA_REASON} | IMAGE_PULL_REASONS
 )
@@ -343,7 +347,7 @@ def _phase(obs: Observation, ready: _State) -> Phase:
         return "Ready"
     if ready.status == "Unknown":
         return "Unknown"
-    if ready.reason in FAILED_REASONS:
+    if ready.reason in FAILED_REASONS and not KUBELET_CACHE_LAG.match(ready.message):
         return "Failed"
     if ready.reason in PENDING_REASONS:
         return "Pending"

@@ -32,12 +32,13 @@ async def test_a_fresh_journal_is_followed_from_its_start(
 
     first = await launch(first_dir, http)
     seen: list[dict[str, Any]] = []
+    client = AgentctlClient(http, first.base, TOKEN)
     stream = UpdateStream(
-        AgentctlClient(http, first.base, TOKEN),
+        client,
         # Follow from the first entry, as after an initialize that returned no history.
         JournalPosition(seq=0),
         on_entry=seen.append,
-        on_status=lambda status: None,
+        read_status=client.status,
         on_connected=lambda up: None,
     )
     stream.start()

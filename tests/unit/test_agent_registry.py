@@ -184,6 +184,38 @@ async def test_agentctl_ready_before_acp_starts_then_ready_once_it_has(gateway: 
     await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
 
 
+async def test_an_older_status_answering_last_does_not_undo_a_newer_one(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The update stream's status read at its connection answers after the refresh that AgentInitialized
+    brought: the agent it describes ("stopped") is older than the refresh's ("running")."""
+    agentctl = gateway.agentctl()
+    answered = agentctl.status
+    release, asked = asyncio.Event(), []
+
+    async def late_first_answer() -> Any:
+        asked.append(True)
+        answer = await answered()  # the state when asked
+        if len(asked) == 1:
+            await release.wait()
+        return answer
+
+    monkeypatch.setattr(agentctl, "status", late_first_answer)
+    first = status(ready=True)
+    first["phase"], first["acp"] = "Starting", None
+    for condition in first["conditions"]:
+        if condition["type"] != "AgentctlReady":
+            condition.update(status="False", reason="Initializing")
+    await gateway.session()
+    await gateway.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": first}, status=True)
+    await until("the stream's status read", lambda: len(asked) == 1)
+    await gateway.operator_writes(ready=True)
+    await until("the refresh's status read", lambda: len(asked) == 2)
+    release.set()
+    await until("connected", gateway.connected)
+    await until("ready", lambda: (gateway.registry.info(KEY) or {}).get("status") == "ready")
+
+
 async def test_a_turn_is_fanned_out_between_processing_and_ready(gateway: Gateway) -> None:
     await gateway.session(ready=True)
     await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])

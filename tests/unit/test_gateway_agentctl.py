@@ -65,8 +65,13 @@ async def test_the_update_stream_delivers_each_seq_once_across_agentctl_restarts
     skipped = fake.last_seq
     seen: list[dict[str, Any]] = []
     statuses: list[StatusResponse] = []
+
+    async def read_status() -> StatusResponse:
+        statuses.append(await fake.status())
+        return statuses[-1]
+
     stream = UpdateStream(
-        fake, JournalPosition(), on_entry=seen.append, on_status=statuses.append, on_connected=lambda _: None
+        fake, JournalPosition(), on_entry=seen.append, read_status=read_status, on_connected=lambda _: None
     )
     stream.start()
     try:

@@ -76,6 +76,9 @@ class Runtime:
     shell: ShellStream | None = None
     shell_subscribers: set[Subscriber] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Reads of agentctl's status, numbered as asked: the last applied one's number (see `_read_status`).
+    status_asked: int = 0
+    status_applied: int = 0
 
     @property
     def id(self) -> str:
@@ -214,13 +217,24 @@ class AgentRegistry:
         if client is None:
             return
         try:
-            status = await client.status()
+            await self._read_status(rt, client)
         except AgentctlError as exc:
             # The update stream reads the status again when it reconnects.
             log.info("cannot refresh the agent state of %s: %s", rt.id, exc)
-            return
-        if self.runtimes.get(rt.key) is rt and rt.client is client:
+
+    async def _read_status(self, rt: Runtime, client: AgentctlApi) -> StatusResponse:
+        """agentctl's status, which becomes the live state unless the answer to a later read came first.
+
+        The update stream's read (at its connection) and a refresh (when the agent is initialized) can be in flight
+        at once and answer out of order: the older answer ("starting") would otherwise stay the live state of a
+        running agent, which clients would see as initializing until the stream next reconnects."""
+        rt.status_asked += 1
+        asked = rt.status_asked
+        status = await client.status()
+        if asked > rt.status_applied and self.runtimes.get(rt.key) is rt and rt.client is client:
+            rt.status_applied = asked
             self._on_agentctl_status(rt, status)
+        return status
 
     def _endpoint(self, session: SessionView) -> str | None:
         endpoint = session.status.agentctlEndpoint
@@ -250,12 +264,12 @@ class AgentRegistry:
                 log.warning("cannot read the agentctl token of %s: %s", rt.id, exc)
                 self._tasks.spawn(self._retry_converge(rt), f"follow {rt.id} again")
                 return
-            rt.client = self.agentctl(endpoint, token)
+            client = rt.client = self.agentctl(endpoint, token)
             rt.stream = UpdateStream(
-                rt.client,
+                client,
                 rt.position,
                 on_entry=lambda entry: self._on_entry(rt, entry),
-                on_status=lambda status: self._on_agentctl_status(rt, status),
+                read_status=lambda: self._read_status(rt, client),
                 on_connected=lambda up: self._on_connected(rt, up),
             )
             rt.stream.start()

@@ -58,13 +58,15 @@ class UpdateStream:
         client: AgentctlApi,
         position: JournalPosition,
         on_entry: Callable[[Manifest], None],
-        on_status: Callable[[StatusResponse], None],
+        read_status: Callable[[], Awaitable[StatusResponse]],
         on_connected: Callable[[bool], None],
     ) -> None:
         self.client = client
         self.position = position
         self._on_entry = on_entry
-        self._on_status = on_status
+        # agentctl's status, read at each (re)connection; the owner reads it so that it can order the answer
+        # against its other reads of the same agentctl's status.
+        self._read_status = read_status
         self._on_connected = on_connected
         self._tasks = Supervisor("agentctl update stream", log)
         self.connected = False
@@ -92,7 +94,7 @@ class UpdateStream:
             await asyncio.sleep(_backoff(failures))
 
     async def _follow(self) -> None:
-        status = await self.client.status()
+        status = await self._read_status()
         journal_end, journal_id = status.last_seq, status.journal_id
         at = self.position
         if at.seq is None:
@@ -101,7 +103,6 @@ class UpdateStream:
         elif journal_end < at.seq or (at.journal_id is not None and journal_id != at.journal_id):
             at.seq = 0
         at.journal_id = journal_id
-        self._on_status(status)
         async with self.client.updates(at.seq) as entries:
             self._set_connected(True)
             async for entry in entries:

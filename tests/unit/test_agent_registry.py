@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentsession.agentctl_api import StartRequest
-from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector
+from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector, FakeTurn
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.events import (
@@ -214,6 +214,48 @@ async def test_an_older_status_answering_last_does_not_undo_a_newer_one(
     release.set()
     await until("connected", gateway.connected)
     await until("ready", lambda: (gateway.registry.info(KEY) or {}).get("status") == "ready")
+
+
+async def test_a_status_from_before_the_journal_delivered_does_not_undo_it(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refresh (the agent initialized again) asks while a turn runs and answers after the stream delivered the
+    turn's end: its "turn running" is older than that end."""
+    await gateway.session(ready=True)
+    await until("connected", gateway.connected)
+    await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
+    agentctl = gateway.agentctl()
+    agentctl.turns.append(FakeTurn(hold=True))
+    await agentctl.prompt("hello")
+    await until("processing", lambda: gateway.client.statuses()[-1:] == ["processing"])
+    answered = agentctl.status
+    release = asyncio.Event()
+    held: list[Any] = []
+    returned: list[bool] = []
+
+    async def answering_late() -> Any:
+        held.append(await answered())  # the agent as it was when asked: in the turn
+        await release.wait()
+        returned.append(True)  # the registry applies (or not) the answer in the same step
+        return held[-1]
+
+    monkeypatch.setattr(agentctl, "status", answering_late)
+    # The operator sees the agent restart and resume (AgentInitialized False, then True): the gateway refreshes.
+    restarted = status(ready=True)
+    for condition in restarted["conditions"]:
+        if condition["type"] != "AgentctlReady":
+            condition.update(status="False", reason="AgentRestarted")
+    await gateway.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": restarted}, status=True)
+    await until("initializing", lambda: gateway.client.statuses()[-1:] == ["initializing"])
+    await gateway.operator_writes(ready=True)
+    await until("the refresh's status read", lambda: len(held) == 1)
+    assert held[0].acp.turn_running
+    agentctl.end_turn()
+    await until("the turn's end delivered", lambda: gateway.client.statuses()[-1:] == ["ready"])
+    release.set()
+    await until("the late answer", lambda: bool(returned))
+    assert gateway.registry.info(KEY)["status"] == "ready"  # type: ignore[index]
+    assert gateway.client.statuses()[-1] == "ready"
 
 
 async def test_a_turn_is_fanned_out_between_processing_and_ready(gateway: Gateway) -> None:

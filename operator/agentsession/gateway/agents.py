@@ -62,6 +62,15 @@ def split_id(value: str) -> Key:
     return namespace, name
 
 
+def _behind_journal(status: StatusResponse, delivered: JournalPosition) -> bool:
+    """Whether agentctl wrote `status` before the last journal entry already delivered from the same journal."""
+    return (
+        delivered.seq is not None
+        and status.journal_id == delivered.journal_id
+        and status.last_seq < delivered.seq
+    )
+
+
 @dataclass
 class Runtime:
     key: Key
@@ -227,11 +236,13 @@ class AgentRegistry:
 
         The update stream's read (at its connection) and a refresh (when the agent is initialized) can be in flight
         at once and answer out of order: the older answer ("starting") would otherwise stay the live state of a
-        running agent, which clients would see as initializing until the stream next reconnects."""
+        running agent, which clients would see as initializing until the stream next reconnects. Likewise a status
+        from before journal entries the stream has delivered (a turn running, then its end) is older than them."""
         rt.status_asked += 1
         asked = rt.status_asked
         status = await client.status()
-        if asked > rt.status_applied and self.runtimes.get(rt.key) is rt and rt.client is client:
+        current = self.runtimes.get(rt.key) is rt and rt.client is client
+        if current and asked > rt.status_applied and not _behind_journal(status, rt.position):
             rt.status_applied = asked
             self._on_agentctl_status(rt, status)
         return status

@@ -352,10 +352,16 @@ async def test_the_agent_killed_mid_turn_ends_the_turn_with_an_error_and_the_ses
         since=mark,
     )
     before = await agentctl_history(sessions, "dies")
-    agent = container_of(sessions.pod("dies"), "agent")
+    # The session is Ready once its agent answers ACP; the kubelet may report the agent's container a moment later.
+    agent_container = await asyncio.to_thread(
+        wait_until,
+        "the kubelet to report the agent's container",
+        lambda: getattr(container_of(sessions.pod("dies"), "agent"), "container_id", None),
+        30,
+    )
     (process,) = [
         p
-        for p in container_processes(agent.container_id)
+        for p in container_processes(agent_container)
         if any(part.endswith("agentsession-demo-agent") for part in p.argv[:2])
     ]
     timeline = Timeline("the agent killed mid-turn (SIGKILL of its process)")

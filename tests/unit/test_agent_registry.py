@@ -60,6 +60,16 @@ def status(*, ready: bool, pod_uid: str = "pod-1", pod_ip: str = "10.0.0.7", pha
     }
 
 
+def agentctl_ready_only(reason: str, **fields: Any) -> dict[str, Any]:
+    """A ready session's status with only AgentctlReady True, the conditions after it False for `reason`;
+    `fields` replace the status's own (e.g. the operator's first write, before ACP starts)."""
+    written = {**status(ready=True), **fields}
+    for condition in written["conditions"]:
+        if condition["type"] != "AgentctlReady":
+            condition.update(status="False", reason=reason)
+    return written
+
+
 class Client:
     """A connected client that may see everything and wants every update."""
 
@@ -170,11 +180,7 @@ async def test_a_new_phase_is_published_with_its_conditions_though_the_status_st
 
 async def test_agentctl_ready_before_acp_starts_then_ready_once_it_has(gateway: Gateway) -> None:
     # The operator's first write: agentctl answers, ACP not started yet (the agent is still "stopped").
-    first = status(ready=True)
-    first["phase"], first["acp"] = "Starting", None
-    for condition in first["conditions"]:
-        if condition["type"] != "AgentctlReady":
-            condition.update(status="False", reason="Initializing")
+    first = agentctl_ready_only("Initializing", phase="Starting", acp=None)
     await gateway.session()
     await gateway.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": first}, status=True)
     await until("connected", gateway.connected)
@@ -201,11 +207,7 @@ async def test_an_older_status_answering_last_does_not_undo_a_newer_one(
         return answer
 
     monkeypatch.setattr(agentctl, "status", late_first_answer)
-    first = status(ready=True)
-    first["phase"], first["acp"] = "Starting", None
-    for condition in first["conditions"]:
-        if condition["type"] != "AgentctlReady":
-            condition.update(status="False", reason="Initializing")
+    first = agentctl_ready_only("Initializing", phase="Starting", acp=None)
     await gateway.session()
     await gateway.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": first}, status=True)
     await until("the stream's status read", lambda: len(asked) == 1)
@@ -241,10 +243,7 @@ async def test_a_status_from_before_the_journal_delivered_does_not_undo_it(
 
     monkeypatch.setattr(agentctl, "status", answering_late)
     # The operator sees the agent restart and resume (AgentInitialized False, then True): the gateway refreshes.
-    restarted = status(ready=True)
-    for condition in restarted["conditions"]:
-        if condition["type"] != "AgentctlReady":
-            condition.update(status="False", reason="AgentRestarted")
+    restarted = agentctl_ready_only("AgentRestarted")
     await gateway.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": restarted}, status=True)
     await until("initializing", lambda: gateway.client.statuses()[-1:] == ["initializing"])
     await gateway.operator_writes(ready=True)

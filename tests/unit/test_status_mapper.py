@@ -82,6 +82,11 @@ class Case:
     ready: str = "False"
 
 
+def config_error(message: str) -> dict[str, Any]:
+    """A container status the kubelet gives when it cannot make a container's configuration."""
+    return {"state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}}}
+
+
 CASES = [
     Case(
         "no pod yet",
@@ -314,14 +319,7 @@ CASES = [
         pod(
             phase="Pending",
             scheduled=SCHEDULED,
-            agentctl={
-                "state": {
-                    "waiting": {
-                        "reason": "CreateContainerConfigError",
-                        "message": 'secret "s-agentctl-token" not found',
-                    }
-                }
-            },
+            agentctl=config_error('secret "s-agentctl-token" not found'),
         ),
         "Failed",
         {"AgentctlReady": "CreateContainerConfigError", "Ready": "CreateContainerConfigError"},
@@ -331,14 +329,7 @@ CASES = [
         pod(
             phase="Pending",
             scheduled=SCHEDULED,
-            agentctl={
-                "state": {
-                    "waiting": {
-                        "reason": "CreateContainerConfigError",
-                        "message": "failed to sync secret cache: timed out waiting for the condition",
-                    }
-                }
-            },
+            agentctl=config_error("failed to sync secret cache: timed out waiting for the condition"),
         ),
         "Starting",
         {"AgentctlReady": "CreateContainerConfigError", "Ready": "CreateContainerConfigError"},

@@ -12,6 +12,9 @@ from agentsession.agentctl.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
 
+# JSON nested deeper than the parser's recursion allows is bad input, like any other JSON it cannot read.
+NESTED_TOO_DEEP = "JSON is nested too deeply to be read; send a flatter document"
+
 
 def describe_validation(exc: ValidationError) -> tuple[str, list[dict[str, Any]]]:
     errors = [
@@ -33,6 +36,8 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
             raise ApiError(400, "invalid_json", "request body is not UTF-8 text") from None
         except ValueError as exc:
             raise ApiError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ApiError(400, "invalid_json", NESTED_TOO_DEEP) from None
     if not isinstance(data, dict):
         raise ApiError(
             422, "validation_error", f"request body must be a JSON object, got {type(data).__name__}"

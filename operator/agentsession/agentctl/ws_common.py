@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl.http_common import dumps
+from agentsession.agentctl.http_common import NESTED_TOO_DEEP, dumps
 
 HEARTBEAT_SECONDS = 30.0
 MAX_CLIENT_FRAME = 1024 * 1024
@@ -46,6 +46,9 @@ async def client_frames(ws: web.WebSocketResponse) -> AsyncIterator[dict[str, An
             data = json.loads(msg.data)
         except ValueError as exc:
             await send_error(ws, "invalid_json", f"frame is not valid JSON: {exc}")
+            continue
+        except RecursionError:
+            await send_error(ws, "invalid_json", f"frame: {NESTED_TOO_DEEP}")
             continue
         if not isinstance(data, dict) or not isinstance(data.get("type"), str):
             await send_error(ws, "bad_frame", 'frames are JSON objects with a string "type"')

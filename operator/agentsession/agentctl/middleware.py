@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl.http_common import NESTED_TOO_DEEP, dumps
+from agentsession.agentctl.http_common import dumps
 from agentsession.agentctl.metrics import Metrics
 from agentsession.agentctl_api import ErrorResponse
 from agentsession.agentctl_routes import ROUTES
@@ -69,13 +69,6 @@ def make_middlewares(token: str | None, max_body: int, metrics: Metrics) -> list
                 raise
             code = _HTTP_CODES.get(exc.status, "error")
             resp = error_response(exc.status, code, _http_message(request, exc, max_body))
-        except RecursionError:
-            # Only a request's own data nests this deep (a body the parser read, then a copy or an encoding of it
-            # further down): bad input, as for the parse itself.
-            log.warning(
-                "request data nested too deeply", extra={"path": request.path, "method": request.method}
-            )
-            resp = error_response(400, "invalid_json", NESTED_TOO_DEEP)
         except Exception:
             log.exception("unhandled error", extra={"path": request.path, "method": request.method})
             metrics.errors.labels("internal").inc()

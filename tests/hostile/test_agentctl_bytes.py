@@ -29,7 +29,7 @@ import pytest
 from benchmarks.procfs import rss_bytes
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentsession.agentctl_api import ENTRY_MAX_BYTES, HISTORY_PAGE_BYTES, JournalEntry
+from agentsession.agentctl_api import ENTRY_MAX_BYTES, HISTORY_PAGE_BYTES, HISTORY_PAGE_ENTRIES, JournalEntry
 from agentsession.agentctl_client import AgentctlClient
 from agentsession.controller.config import OperatorConfig
 from tests.component.conftest import Agentctl, frames_until, message_text, update_kind
@@ -47,9 +47,12 @@ WAIT = 30.0
 Spawn = Callable[..., Awaitable[Agentctl]]
 
 
-def peak(ctl: Agentctl) -> int:
+def peak(ctl: Agentctl, after: str = "") -> int:
+    """agentctl's peak resident memory so far; printed (`pytest -s`) when `after` says what it followed."""
     value = rss_bytes(ctl.proc.pid, "VmHWM")
     assert value is not None, "agentctl is gone"
+    if after:
+        print(f"agentctl peak after {after}: {value / MiB:.0f} MiB")
     return value
 
 
@@ -136,7 +139,7 @@ async def test_a_subscriber_that_stops_reading_is_closed_and_agentctl_stays_smal
     stalled = await StalledSubscriber.connect(flooder, "/api/v1/acp/stream")
     try:
         last = await flood(flooder)
-        assert peak(flooder) < PEAK_BOUND
+        assert peak(flooder, "a 240 MiB flood with a subscriber that does not read") < PEAK_BOUND
         # Read now: what was on its way comes, then a close that says where to resume.
         seqs: list[int] = []
         async with asyncio.timeout(WAIT):
@@ -164,6 +167,7 @@ async def test_replays_and_history_pages_hold_a_batch_not_the_journal(
     """Before: three `?after=0` replays took agentctl to 787 MiB, one GET /api/v1/history to 1019 MiB (both read
     the whole range into a list, then encoded it whole)."""
     last = await flood(flooder)
+    peak(flooder, "a 240 MiB flood")
     everything = list(range(1, last + 1))
 
     async def replay() -> list[int]:
@@ -175,7 +179,7 @@ async def test_replays_and_history_pages_hold_a_batch_not_the_journal(
         return seqs
 
     assert await asyncio.gather(replay(), replay(), replay()) == [everything] * 3
-    assert peak(flooder) < PEAK_BOUND
+    assert peak(flooder, "three replays of it at once") < PEAK_BOUND
 
     # The history comes in pages that follow `next`, through the shared client (which caps each answer).
     client = AgentctlClient(http, flooder.base, flooder.token)
@@ -193,7 +197,18 @@ async def test_replays_and_history_pages_hold_a_batch_not_the_journal(
         after = page.next
     assert seqs == everything
     assert pages > FLOOD_COUNT * FLOOD_SIZE // HISTORY_PAGE_BYTES
-    assert peak(flooder) < PEAK_BOUND
+    assert peak(flooder, f"its history in {pages} pages") < PEAK_BOUND
+
+
+async def test_a_page_holds_at_most_1000_entries_whatever_limit_is_asked(flooder: Agentctl) -> None:
+    """Before: a page held up to 100,000 entries, and what lay past it was not said to exist."""
+    last = await flood(flooder, 1500, 10)
+    page = await flooder.ok("GET", "/api/v1/history?after=0&limit=100000")
+    assert [e["seq"] for e in page["updates"]] == list(range(1, HISTORY_PAGE_ENTRIES + 1))
+    assert (page["next"], page["last_seq"]) == (HISTORY_PAGE_ENTRIES, last)
+    rest = await flooder.ok("GET", f"/api/v1/history?after={page['next']}")
+    assert [e["seq"] for e in rest["updates"]] == list(range(HISTORY_PAGE_ENTRIES + 1, last + 1))
+    assert rest["next"] is None
 
 
 async def test_a_4_mib_update_is_stored_and_served_cut_to_1_mib_with_its_marker(
@@ -408,6 +423,7 @@ async def test_a_client_of_a_hostile_agentctl_holds_no_more_than_the_cap_of_its_
         out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()[-2000:]
     result = json.loads(out)
+    print(f"the client's peak against 600 MiB answers: {result['peak'] / MiB:.0f} MiB")
     assert result["codes"] == dict.fromkeys(
         ("status", "history", "permissions", "shell_status", "updates"), "too_large"
     )

@@ -205,6 +205,7 @@ def test_a_forged_huge_seq_hides_nothing_and_appends_go_on_after_the_real_last(t
         ([_line(1), _line(2), _line(1), _line(3)], [1, 2, 3], ["out_of_order"]),
         # ...and no further above it than the lines read since: one line is one entry at most.
         ([_line(1), _line(3), _line(2)], [1, 2], ["out_of_order"]),
+        ([_line(1), _line(10**15)], [1], ["out_of_order"]),  # last at a restart: appends go on at 2
         # A line that is not an entry may have been one (damaged): the entry after it may be one seq further.
         ([_line(1), b"garbage\n", _line(3), _line(4)], [1, 3, 4], ["unparsable"]),
         ([_line(1), b"garbage\n", b"garbage\n", _line(4)], [1, 4], ["unparsable", "unparsable"]),
@@ -224,6 +225,8 @@ def test_a_reader_takes_each_seq_once_and_none_far_ahead(
     assert _seqs(journal.entries()) == seqs
     assert journal.last_seq == seqs[-1]
     assert skips.reasons == skipped
+    assert journal.append("turn_end", {}).seq == seqs[-1] + 1
+    assert _seqs(journal.entries()) == [*seqs, seqs[-1] + 1]
     journal.close()
 
 

@@ -9,7 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 AGENTCTL_PORT = 9999
 HEALTH_PATH = "/health"
@@ -302,6 +309,14 @@ class JournalEntry(BaseModel):
     truncated: TruncatedMarker | None = Field(
         default=None, description="Present when the entry was cut to ENTRY_MAX_BYTES (1 MiB)."
     )
+
+    @model_serializer(mode="wrap")
+    def _as_served(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dumped as agentctl serves it: `truncated` only where the entry was cut."""
+        data: dict[str, Any] = handler(self)
+        if data.get("truncated") is None:
+            data.pop("truncated", None)
+        return data
 
 
 class HistoryResponse(BaseModel):

@@ -455,7 +455,7 @@ async def test_the_fake_pages_by_bytes_and_cuts_an_entry_over_the_limit_as_agent
     big = fake.append("agent_error", {"message": "y" * (2 * ENTRY_MAX_BYTES)})
     assert big.truncated is not None
     assert big.truncated.bytes > 2 * ENTRY_MAX_BYTES
-    assert len(big.model_dump_json(exclude_none=True)) <= ENTRY_MAX_BYTES
+    assert len(big.model_dump_json()) <= ENTRY_MAX_BYTES
     first = await fake.history()
     assert (first.updates, first.next) == (written[:2], written[1].seq)
     # A page holds one entry at least, even one larger than the page's bytes.

@@ -29,6 +29,7 @@ import pytest
 from benchmarks.procfs import rss_bytes
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentsession.agentctl.transport import LINE_LIMIT
 from agentsession.agentctl_api import ENTRY_MAX_BYTES, HISTORY_PAGE_BYTES, HISTORY_PAGE_ENTRIES, JournalEntry
 from agentsession.agentctl_client import AgentctlClient
 from agentsession.controller.config import OperatorConfig
@@ -235,6 +236,24 @@ async def test_a_4_mib_update_is_stored_and_served_cut_to_1_mib_with_its_marker(
     async with client.updates(chunk["seq"] - 1) as entries:
         async with asyncio.timeout(WAIT):
             assert JournalEntry.model_validate(chunk) == await anext(entries)
+
+
+async def test_an_update_at_the_line_limit_peaks_under_the_bound_and_a_longer_one_is_refused(
+    flooder: Agentctl,
+) -> None:
+    """Before: agentctl read lines of up to 50 MiB from the agent, and one of 48 MiB took it to 251 MiB."""
+    await flood(flooder, 1, LINE_LIMIT - 4096)
+    assert peak(flooder, "an update at the line limit") < PEAK_BOUND
+    cut = [e for e in await flooder.history() if update_kind(e) == "agent_message_chunk"]
+    assert [e["truncated"]["bytes"] > LINE_LIMIT - 4096 for e in cut] == [True]
+
+    await flood(flooder, 1, LINE_LIMIT + MiB)
+    assert peak(flooder) < PEAK_BOUND
+    errors = [e["notification"]["message"] for e in await flooder.history() if e["kind"] == "agent_error"]
+    assert any("<oversized line>" in message for message in errors), errors
+    assert [e for e in await flooder.history() if update_kind(e) == "agent_message_chunk"] == cut
+    status, answer = await flooder.post("/api/v1/acp/prompt", {"prompt": "flood 1 10"})
+    assert (status, answer) == (200, {"stopReason": "end_turn"})  # the session goes on
 
 
 def _forged_line(seq: int, text: str) -> bytes:

@@ -158,15 +158,15 @@ class Journal:
         self._lock = threading.Lock()
         self._index_seqs = array("q")
         self._index_offsets = array("q")
-        self._skips_logged = 0
+        self._skips_reported = 0
         self._reported: set[int] = set()
         # The session of a turn the file shows begun and never ended, as the last process left it.
         self.unfinished_turn: str | None = None
         self._last_seq, self._last_timestamp, self._size = self._recover()
         # Lines up to here were reported by the recovery; later ones by the first reader to find them.
         self._reported_below = self._size
-        # Appends are a few hundred bytes; a synchronous write to the page cache is cheaper than a thread hop
-        # and keeps the order of entries identical to the order of the agent's messages.
+        # An append is one entry (a few hundred bytes, 1 MiB at most); a synchronous write to the page cache is
+        # cheaper than a thread hop and keeps the order of entries identical to the order of the agent's messages.
         self._file = path.open("a+b")  # read too: an append looks at the last byte another writer left
 
     @property
@@ -249,16 +249,16 @@ class Journal:
 
     def _report(self, offset: int, reason: str) -> None:
         with self._lock:
-            self._skips_logged += 1
-            logged = self._skips_logged
-        if logged <= SKIPS_LOGGED:
+            self._skips_reported += 1
+            reported = self._skips_reported
+        if reported <= SKIPS_LOGGED:
             log.warning(
                 "journal: skipping a line that is not an entry agentctl wrote (%s) at byte %d; readers ignore it",
                 reason,
                 offset,
                 extra={"path": str(self._path), "offset": offset, "reason": reason},
             )
-        if logged == SKIPS_LOGGED:
+        if reported == SKIPS_LOGGED:
             log.warning(
                 "journal: further skipped lines are counted in agentctl_journal_lines_skipped_total, not logged",
                 extra={"path": str(self._path)},

@@ -277,7 +277,7 @@ class FakeAgentctl:
         for entry in self.journal:
             if entry.seq <= after:
                 continue
-            entry_size = len(entry.model_dump_json(exclude_none=True))
+            entry_size = len(entry.model_dump_json())
             if updates and (len(updates) == most or size + entry_size > self.history_page_bytes):
                 next_after = updates[-1].seq
                 break

@@ -30,7 +30,7 @@ def encode(value: Any) -> str:
 
 
 def fit(entry: Entry, limit: int = ENTRY_MAX_BYTES) -> str:
-    """The JSON text of `entry`, at most `limit` bytes: the entry itself when it fits, else it cut and marked."""
+    """The JSON text of `entry`, at most `limit` bytes: the entry itself when it fits, else cut and marked."""
     try:
         text = encode(entry)
     except RecursionError:

@@ -72,7 +72,7 @@ HEARTBEAT_SECONDS = 15.0
 STREAM_STATUS = 101  # the status of an upgraded connection, for errors in its frames
 
 # Caps on what one call may answer, in bytes. A history page is HISTORY_PAGE_BYTES of entries and their envelope;
-# pending permissions carry the agent's tool calls, each up to an entry's size, so they get a page's cap too.
+# pending permissions carry the agent's tool calls as it sent them, so they get a page's cap too.
 ANSWER_MAX_BYTES = 1024 * 1024
 HISTORY_ANSWER_MAX_BYTES = HISTORY_PAGE_BYTES + 1024 * 1024
 PERMISSIONS_ANSWER_MAX_BYTES = HISTORY_ANSWER_MAX_BYTES
@@ -92,8 +92,8 @@ class AgentctlError(RuntimeError):
     """A call agentctl could not be reached for, refused, or answered outside its contract.
 
     `status` is the HTTP status (None when agentctl was not reached); `code` is agentctl's error code from its
-    ErrorResponse, else UNREACHABLE, BAD_ANSWER, UPGRADE_REFUSED or TOO_LARGE; `detail` is agentctl's own message, or
-    what went wrong on the way. The message names the call, the URL and why.
+    ErrorResponse, else UNREACHABLE, BAD_ANSWER, UPGRADE_REFUSED or TOO_LARGE; `detail` is agentctl's own
+    message, or what went wrong on the way. The message names the call, the URL and why.
     """
 
     def __init__(

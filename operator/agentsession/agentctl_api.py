@@ -9,7 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 AGENTCTL_PORT = 9999
 HEALTH_PATH = "/health"
@@ -17,6 +24,11 @@ AGENT_HEALTH_PATH = "/health/agent"
 # How long the agent container's readiness probe lets agentctl wait for the agent's answer, in seconds.
 AGENT_HEALTH_WAIT = 1
 TOKEN_ENV = "AGENTCTL_TOKEN"
+
+# Bounds of the journal as agentctl stores and serves it, in bytes of an entry's JSON (compact, ASCII).
+ENTRY_MAX_BYTES = 1024 * 1024  # a larger entry is stored cut to this, with a `truncated` marker
+HISTORY_PAGE_ENTRIES = 1000  # entries of one `GET /api/v1/history` page, at most
+HISTORY_PAGE_BYTES = 4 * 1024 * 1024  # encoded entries of one page, at most (a page holds one entry at least)
 
 
 class StartRequest(BaseModel):
@@ -272,11 +284,20 @@ class PermissionsResponse(BaseModel):
     pending: list[PendingPermission]
 
 
+class TruncatedMarker(BaseModel):
+    """Says that an entry was larger than ENTRY_MAX_BYTES and is kept cut: its longest strings are shortened."""
+
+    model_config = ConfigDict(extra="allow")
+
+    bytes: int = Field(description="The size of the entry's JSON as it came, before it was cut.")
+
+
 class JournalEntry(BaseModel):
     """One frame of `WS /api/v1/acp/stream` and one item of `GET /api/v1/history`.
 
     `seq` grows by one per entry for the life of the workspace, so a client resumes with `?after=<last seq>`.
     For `kind == "session_update"`, `notification` is the ACP `session/update` params (`sessionId`, `update`).
+    Every entry's JSON is at most ENTRY_MAX_BYTES; one that was larger carries `truncated`.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -285,14 +306,33 @@ class JournalEntry(BaseModel):
     timestamp: str
     kind: EntryKind
     notification: dict[str, Any]
+    truncated: TruncatedMarker | None = Field(
+        default=None, description="Present when the entry was cut to ENTRY_MAX_BYTES (1 MiB)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _as_served(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dumped as agentctl serves it: `truncated` only where the entry was cut."""
+        data: dict[str, Any] = handler(self)
+        if data.get("truncated") is None:
+            data.pop("truncated", None)
+        return data
 
 
 class HistoryResponse(BaseModel):
+    """One page of `GET /api/v1/history`: the entries after `after`, oldest first, at most HISTORY_PAGE_ENTRIES
+    (1000) of them and HISTORY_PAGE_BYTES (4 MiB) of their JSON, but one at least when there is one."""
+
     model_config = ConfigDict(extra="allow")
 
     updates: list[JournalEntry]
-    last_seq: int
+    last_seq: int = Field(description="The journal's last seq as of the read.")
     journal_id: str
+    next: int | None = Field(
+        default=None,
+        description="The `after` of the next page while entries up to `last_seq` remain; null once this page "
+        "reached `last_seq`.",
+    )
 
 
 class AcpActivity(BaseModel):

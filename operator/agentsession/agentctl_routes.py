@@ -16,6 +16,8 @@ from pydantic import BaseModel
 from agentsession.agentctl_api import (
     AGENT_HEALTH_PATH,
     HEALTH_PATH,
+    HISTORY_PAGE_BYTES,
+    HISTORY_PAGE_ENTRIES,
     CancelBody,
     CancelResponse,
     DrainBody,
@@ -210,9 +212,14 @@ HISTORY = Route(
     "history",
     "GET",
     "/api/v1/history",
-    "Journal entries in order",
+    f"One page of journal entries in order: at most `limit` ({HISTORY_PAGE_ENTRIES}) entries and"
+    f" {HISTORY_PAGE_BYTES // 1024 // 1024} MiB of them; `next` is the `after` of the following page, null once"
+    " the page reached `last_seq`",
     answer=HistoryResponse,
-    query=(_AFTER, QueryParam("limit", "integer", minimum=1)),
+    query=(
+        QueryParam("after", "integer", "Entries with seq > after.", minimum=0),
+        QueryParam("limit", "integer", f"At most this many entries (capped at {HISTORY_PAGE_ENTRIES}).", 1),
+    ),
 )
 METRICS = Route("metrics", "GET", "/metrics", "Prometheus metrics", media_type="text/plain")
 OPENAPI = Route("openapi", "GET", "/api/v1/openapi.json", "This document")

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from agentsession.agentctl_api import JournalEntry, StartRequest
+from agentsession.agentctl_api import ENTRY_MAX_BYTES, JournalEntry, StartRequest
 from agentsession.agentctl_client import AgentctlApi, AgentctlClient, AgentctlError
 from agentsession.agentctl_client.fake import (
     PERMISSION_OPTIONS,
@@ -142,6 +142,30 @@ async def test_a_prompt_turn_comes_on_the_stream_and_stays_in_the_history(backen
     async with api.updates(0) as replay:
         assert await read_until(replay, is_turn_end) == turn
     assert (await api.status()).last_seq == turn[-1].seq
+
+
+async def test_the_history_comes_in_pages_that_follow_next_to_the_end(backend: Backend) -> None:
+    api = backend.api
+    await api.start(StartRequest(prompt="a turn long enough for several pages"))
+    async with api.updates(0) as entries:
+        turn = await read_until(entries, is_turn_end)
+    whole = await api.history()
+    assert (whole.updates, whole.next) == (turn, None)
+
+    pages: list[list[JournalEntry]] = []
+    after = 0
+    while True:
+        page = await api.history(after, limit=2)
+        assert page.last_seq == turn[-1].seq
+        pages.append(page.updates)
+        if page.next is None:
+            break
+        assert page.next == page.updates[-1].seq
+        after = page.next
+    assert [len(p) for p in pages] == [2] * (len(turn) // 2) + ([len(turn) % 2] if len(turn) % 2 else [])
+    assert [e for p in pages for e in p] == turn
+    caught_up = await api.history(turn[-1].seq)
+    assert (caught_up.updates, caught_up.next) == ([], None)
 
 
 async def test_the_initial_prompt_goes_with_the_first_start_only(backend: Backend) -> None:
@@ -423,6 +447,24 @@ async def test_a_held_turn_runs_until_ended() -> None:
     assert fake.journal[-1].notification == {"sessionId": fake.session_id, "stopReason": "end_turn"}
     assert said(fake.journal) == "done"
     assert not (await fake.status()).acp.turn_running
+
+
+async def test_the_fake_pages_by_bytes_and_cuts_an_entry_over_the_limit_as_agentctl_does() -> None:
+    fake = FakeAgentctl(history_page_bytes=3000)
+    written = [fake.append("agent_error", {"message": "x" * 1000}) for _ in range(5)]
+    big = fake.append("agent_error", {"message": "y" * (2 * ENTRY_MAX_BYTES)})
+    assert big.truncated is not None
+    assert big.truncated.bytes > 2 * ENTRY_MAX_BYTES
+    assert len(big.model_dump_json()) <= ENTRY_MAX_BYTES
+    first = await fake.history()
+    assert (first.updates, first.next) == (written[:2], written[1].seq)
+    # A page holds one entry at least, even one larger than the page's bytes.
+    rest = [await fake.history(seq) for seq in (written[1].seq, written[3].seq, written[4].seq)]
+    assert [(page.updates, page.next) for page in rest] == [
+        (written[2:4], written[3].seq),
+        ([written[4]], written[4].seq),
+        ([big], None),
+    ]
 
 
 def test_the_connector_keeps_one_fake_per_endpoint_and_records_connections() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentsession.agentctl.journal import Journal
+from agentsession.agentctl.journal import Journal, Stored
 
 
-def _seqs(entries: list[dict[str, object]]) -> list[object]:
-    return [entry["seq"] for entry in entries]
+def _seqs(entries: list[Stored]) -> list[int]:
+    return [entry.seq for entry in entries]
 
 
 def test_torn_tail_is_repaired_and_history_reads_back_gap_free(tmp_path: Path) -> None:
@@ -26,29 +26,29 @@ def test_torn_tail_is_repaired_and_history_reads_back_gap_free(tmp_path: Path) -
 
     reopened = Journal(path)
     assert reopened.last_seq == 3
-    assert reopened.last_timestamp == written[-1]["timestamp"]
-    assert reopened.read() == written
+    assert reopened.last_timestamp == json.loads(written[-1].text)["timestamp"]
+    assert list(reopened.entries()) == written
     after = [reopened.append("session_update", {"n": n}) for n in range(4, 6)]
     assert _seqs(after) == [4, 5]
-    history = reopened.read()
+    history = list(reopened.entries())
     assert history == written + after
-    assert reopened.read(after=2) == written[2:] + after
+    assert list(reopened.entries(after=2)) == written[2:] + after
     reopened.close()
 
     lines = path.read_bytes().split(b"\n")
     assert lines[-1] == b""  # the file ends on a whole line
-    assert [json.loads(line) for line in lines[:-1]] == history
+    assert [line.decode() for line in lines[:-1]] == [entry.text for entry in history]
 
     fresh = Journal(path)
     assert fresh.last_seq == 5
-    assert fresh.read() == history
-    assert _seqs(fresh.read()) == [1, 2, 3, 4, 5]
+    assert list(fresh.entries()) == history
+    assert _seqs(list(fresh.entries())) == [1, 2, 3, 4, 5]
     fresh.close()
 
 
-def test_torn_line_that_ends_in_a_newline_is_dropped_too(tmp_path: Path) -> None:
-    """A tail that did get its newline but is not a whole entry (garbage after a crash) is cut off as well,
-    so later appends never sit behind a line that would break every reader."""
+def test_torn_line_that_ends_in_a_newline_is_skipped(tmp_path: Path) -> None:
+    """A tail that did get its newline but is not a whole entry (garbage after a crash) stays in the file, and
+    every reader skips it: later appends sit behind it and are read, with the seq after the last whole entry."""
     path = tmp_path / "journal.jsonl"
     journal = Journal(path)
     written = [journal.append("session_update", {"n": n}) for n in range(1, 3)]
@@ -58,10 +58,10 @@ def test_torn_line_that_ends_in_a_newline_is_dropped_too(tmp_path: Path) -> None
 
     reopened = Journal(path)
     later = reopened.append("session_update", {"n": 3})
-    assert later["seq"] == 3
-    assert reopened.read() == [*written, later]
+    assert later.seq == 3
+    assert list(reopened.entries()) == [*written, later]
     reopened.close()
-    assert Journal(path).read() == [*written, later]
+    assert list(Journal(path).entries()) == [*written, later]
 
 
 def _prompt(session_id: str) -> dict[str, object]:

@@ -4,6 +4,7 @@ cancels it, the agent withdraws it, or agentctl cancels everything; each ends in
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable
 from datetime import datetime
@@ -30,7 +31,7 @@ class World:
         self.published = self.hub.subscribe(frozenset({"permission_request"})).entries(None)
 
     def entries(self, kind: str) -> list[Entry]:
-        return [e for e in self.hub.journal.read() if e["kind"] == kind]
+        return [json.loads(e.text) for e in self.hub.journal.entries() if e.kind == kind]
 
     def ask(self, session_id: str = "sess-1") -> asyncio.Task[dict[str, Any]]:
         return asyncio.create_task(self.broker.request(session_id, TOOL_CALL, OPTIONS))

@@ -10,24 +10,29 @@ from pathlib import Path
 
 import pytest
 
-from agentsession.agentctl import events, shell
-from agentsession.agentctl.events import EventHub, SubscriberTooSlow
-from agentsession.agentctl.journal import Entry, Journal
+from agentsession.agentctl import shell
+from agentsession.agentctl.clock import utc_now
+from agentsession.agentctl.entry_limit import encode
+from agentsession.agentctl.events import QUEUED_ENTRY_COST, EventHub, SubscriberTooSlow
+from agentsession.agentctl.journal import Journal, Stored
 from agentsession.agentctl.shell import ShellSession
 
 WAIT = 10.0
 
 
-async def _read_within(stream: AsyncIterator[Entry], into: list[Entry]) -> None:
+async def _read_within(stream: AsyncIterator[Stored], into: list[Stored]) -> None:
     async with asyncio.timeout(WAIT):
         async for entry in stream:
             into.append(entry)
 
 
 @pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EventHub:
-    monkeypatch.setattr(events, "SUBSCRIBER_QUEUE", 3)
-    return EventHub(Journal(tmp_path / "journal.jsonl"))
+def hub(tmp_path: Path) -> EventHub:
+    # Queues of three entries like those the test publishes (seqs of two digits at most).
+    entry = {"seq": 10, "timestamp": utc_now(), "kind": "session_update", "notification": {"n": 0}}
+    return EventHub(
+        Journal(tmp_path / "journal.jsonl"), queue_bytes=3 * (len(encode(entry)) + QUEUED_ENTRY_COST)
+    )
 
 
 async def test_slow_update_subscriber_is_cut_off_while_a_fast_one_gets_everything(hub: EventHub) -> None:
@@ -36,16 +41,16 @@ async def test_slow_update_subscriber_is_cut_off_while_a_fast_one_gets_everythin
     a subscriber that keeps reading gets every entry once, in order."""
     slow = hub.subscribe()
     fast = hub.subscribe()
-    fast_stream: AsyncIterator[Entry] = fast.entries(None)
-    published: list[Entry] = []
-    received: list[Entry] = []
+    fast_stream: AsyncIterator[Stored] = fast.entries(None)
+    published: list[Stored] = []
+    received: list[Stored] = []
     for n in range(10):
         published.append(hub.publish("session_update", {"n": n}))
         async with asyncio.timeout(WAIT):
             received.append(await anext(fast_stream))
     assert received == published
 
-    slow_seen: list[Entry] = []
+    slow_seen: list[Stored] = []
     # A stream that dropped entries silently would hang here instead, and time out.
     with pytest.raises(SubscriberTooSlow) as cut_off:
         await _read_within(slow.entries(None), slow_seen)
@@ -57,7 +62,7 @@ async def test_slow_update_subscriber_is_cut_off_while_a_fast_one_gets_everythin
     later = hub.publish("session_update", {"n": 10})
     async with asyncio.timeout(WAIT):
         assert await anext(fast_stream) == later
-    assert slow.queue.empty()
+    assert slow.queued_bytes == 0
 
     resumed = hub.subscribe()
     replay = resumed.entries(0)

@@ -194,7 +194,7 @@ def test_journal_identity_lives_and_dies_with_the_file(tmp_path: Path) -> None:
     reopened = Journal(path)
     assert reopened.id == first_id
     assert reopened.last_seq == 1
-    assert reopened.append("turn_end", {})["seq"] == 2
+    assert reopened.append("turn_end", {}).seq == 2
     reopened.close()
 
     path.unlink()  # a fresh workspace: same place, another journal

@@ -1,17 +1,25 @@
-"""Fan-out of journal entries to live subscribers, with gap-free replay from the journal."""
+"""Fan-out of journal entries to live subscribers, with gap-free replay from the journal.
+
+Each subscriber's queue is bounded in bytes (SUBSCRIBER_QUEUE_BYTES): one that falls that far behind is dropped,
+told the seq to resume after, instead of making agentctl hold whatever the agent sends while it does not read.
+Replay reads the journal a batch at a time, so a subscriber that asks for everything holds one batch.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from agentsession.agentctl.journal import Entry, Journal
+from agentsession.agentctl.journal import Journal, Stored
 
 log = logging.getLogger(__name__)
 
-SUBSCRIBER_QUEUE = 10_000
+SUBSCRIBER_QUEUE_BYTES = 8 * 1024 * 1024  # eight entries of the largest size, thousands of usual ones
+QUEUED_ENTRY_COST = 200  # what a queued entry holds beside its text (the object, its place in the queue)
 
 
 class SubscriberTooSlow(Exception):
@@ -19,66 +27,90 @@ class SubscriberTooSlow(Exception):
 
 
 class Subscription:
-    def __init__(self, hub: EventHub, kinds: frozenset[str] | None) -> None:
+    def __init__(self, hub: EventHub, kinds: frozenset[str] | None, budget: int) -> None:
         self._hub = hub
         self.kinds = kinds
-        self.queue: asyncio.Queue[Entry | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
+        self._budget = budget
+        self._queue: deque[Stored] = deque()
+        self.queued_bytes = 0
+        self._changed = asyncio.Event()
+        self._ended = False
         self.overflowed = False
         # Everything up to here is in the journal already; everything after arrives through the queue.
         self.start_seq = hub.journal.last_seq
 
-    def offer(self, entry: Entry) -> None:
-        if self.kinds is not None and entry["kind"] not in self.kinds:
+    def offer(self, entry: Stored) -> None:
+        if self._ended or (self.kinds is not None and entry.kind not in self.kinds):
             return
-        try:
-            self.queue.put_nowait(entry)
-        except asyncio.QueueFull:
+        cost = entry.size + QUEUED_ENTRY_COST
+        if self.queued_bytes + cost > self._budget:
+            # What it has not taken is let go now; it resumes from the journal.
             self.overflowed = True
             self._hub.unsubscribe(self)
-            self.queue = asyncio.Queue(1)
-            self.queue.put_nowait(None)
+            self.end()
+            return
+        self._queue.append(entry)
+        self.queued_bytes += cost
+        self._changed.set()
 
-    async def entries(self, after: int | None) -> AsyncIterator[Entry]:
+    def end(self) -> None:
+        """No more entries: the stream ends after what is queued, at once if the subscriber overflowed."""
+        self._ended = True
+        if self.overflowed:
+            self._queue.clear()
+            self.queued_bytes = 0
+        self._changed.set()
+
+    async def entries(self, after: int | None) -> AsyncIterator[Stored]:
         """Replay (after, start_seq] from the journal if asked, then live entries, each seq exactly once."""
         last = after if after is not None else self.start_seq
         if after is not None and after < self.start_seq:
-            for entry in await asyncio.to_thread(self._hub.journal.read, after, self.start_seq):
-                if self.kinds is None or entry["kind"] in self.kinds:
-                    yield entry
-                last = entry["seq"]
+            async with contextlib.aclosing(self._hub.journal.stream(after, self.start_seq)) as replay:
+                async for entry in replay:
+                    if self.overflowed:
+                        break
+                    if self.kinds is None or entry.kind in self.kinds:
+                        yield entry
+                    last = entry.seq
         while True:
-            item = await self.queue.get()
-            if item is None:
-                if self.overflowed:
-                    raise SubscriberTooSlow(f"client fell behind; reconnect with ?after={last}")
+            while self._queue and not self.overflowed:
+                entry = self._queue.popleft()
+                self.queued_bytes -= entry.size + QUEUED_ENTRY_COST
+                if entry.seq > last:
+                    last = entry.seq
+                    yield entry
+            if self.overflowed:
+                raise SubscriberTooSlow(
+                    f"fell more than {self._budget} bytes behind; reconnect with ?after={last}"
+                )
+            if self._ended:
                 return
-            if item["seq"] <= last:
-                continue
-            last = item["seq"]
-            yield item
+            self._changed.clear()
+            await self._changed.wait()
 
     def close(self) -> None:
         self._hub.unsubscribe(self)
 
 
 class EventHub:
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, queue_bytes: int = SUBSCRIBER_QUEUE_BYTES) -> None:
         self.journal = journal
+        self._queue_bytes = queue_bytes
         self._subs: set[Subscription] = set()
-        self._listeners: list[Callable[[Entry], None]] = []
+        self._listeners: list[Callable[[Stored], None]] = []
 
     def subscribe(self, kinds: frozenset[str] | None = None) -> Subscription:
-        sub = Subscription(self, kinds)
+        sub = Subscription(self, kinds, self._queue_bytes)
         self._subs.add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
         self._subs.discard(sub)
 
-    def add_listener(self, fn: Callable[[Entry], None]) -> None:
+    def add_listener(self, fn: Callable[[Stored], None]) -> None:
         self._listeners.append(fn)
 
-    def publish(self, kind: str, notification: dict[str, Any]) -> Entry:
+    def publish(self, kind: str, notification: dict[str, Any]) -> Stored:
         entry = self.journal.append(kind, notification)
         for sub in list(self._subs):
             sub.offer(entry)
@@ -91,5 +123,5 @@ class EventHub:
 
     def close_all(self) -> None:
         for sub in list(self._subs):
-            sub.queue.put_nowait(None) if not sub.queue.full() else None
+            sub.end()
         self._subs.clear()

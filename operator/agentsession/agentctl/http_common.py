@@ -12,6 +12,26 @@ from agentsession.agentctl.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
 
+# JSON nested deeper than this is bad input, like JSON that does not parse: no body of the API nests a tenth as
+# deep, and the parser, pydantic's serializer and the encoder each fail somewhere deeper (RecursionError, or a
+# ValueError far from the parse), each of which would otherwise be a 500.
+BODY_DEPTH_MAX = 64
+NESTED_TOO_DEEP = f"JSON is nested too deeply (more than {BODY_DEPTH_MAX} levels); send a flatter document"
+
+
+def nested_too_deeply(value: Any) -> bool:
+    """Whether `value` nests arrays and objects more than BODY_DEPTH_MAX levels deep (found without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > BODY_DEPTH_MAX:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
 
 def describe_validation(exc: ValidationError) -> tuple[str, list[dict[str, Any]]]:
     errors = [
@@ -33,6 +53,10 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
             raise ApiError(400, "invalid_json", "request body is not UTF-8 text") from None
         except ValueError as exc:
             raise ApiError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ApiError(400, "invalid_json", NESTED_TOO_DEEP) from None
+        if nested_too_deeply(data):
+            raise ApiError(400, "invalid_json", NESTED_TOO_DEEP)
     if not isinstance(data, dict):
         raise ApiError(
             422, "validation_error", f"request body must be a JSON object, got {type(data).__name__}"

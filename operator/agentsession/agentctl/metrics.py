@@ -37,6 +37,13 @@ class Metrics:
         self.agent_attachments = Counter(
             "agentctl_agent_attachments_total", "Agent (re)attachments", registry=r
         )
+        self.journal_lines_skipped = Counter(
+            "agentctl_journal_lines_skipped_total",
+            "Journal lines readers skip, each counted once: oversized, unparsable, or out_of_order (a seq that"
+            " does not follow the entries before it)",
+            ["reason"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

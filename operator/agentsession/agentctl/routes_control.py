@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import time
 
 from aiohttp import web
@@ -11,10 +11,10 @@ from agentsession.agentctl import __version__
 from agentsession.agentctl.binding import Handlers
 from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl.http_common import json_ok, parse_body, query_int
+from agentsession.agentctl.http_common import dumps, json_ok, parse_body, query_int
 from agentsession.agentctl.metrics import CONTENT_TYPE_LATEST
 from agentsession.agentctl.services import services
-from agentsession.agentctl_api import StartRequest
+from agentsession.agentctl_api import HISTORY_PAGE_BYTES, HISTORY_PAGE_ENTRIES, StartRequest
 from agentsession.agentctl_routes import (
     AGENT_HEALTH,
     HEALTH,
@@ -29,8 +29,8 @@ from agentsession.agentctl_routes import (
 
 handlers = Handlers()
 
-HISTORY_PAGE_MAX = 100_000
 AGENT_HEALTH_WAIT_MAX = 10
+WRITE_PIECE_BYTES = 64 * 1024  # a history page goes out in pieces of about this size
 
 
 @handlers(HEALTH)
@@ -108,15 +108,39 @@ async def stop(request: web.Request) -> web.Response:
 
 
 @handlers(HISTORY)
-async def history(request: web.Request) -> web.Response:
+async def history(request: web.Request) -> web.StreamResponse:
+    """One page of the journal, written as it is read: the answer never holds more than a batch of entries.
+
+    The page ends before the entry that would take it past `limit` entries or HISTORY_PAGE_BYTES, and then says
+    where the next one starts (`next`); a page holds one entry at least, which always fits (ENTRY_MAX_BYTES).
+    """
     s = services(request)
     after = query_int(request, "after", 0) or 0
-    limit = query_int(request, "limit", None, minimum=1)
+    limit = min(query_int(request, "limit", None, minimum=1) or HISTORY_PAGE_ENTRIES, HISTORY_PAGE_ENTRIES)
     upto = s.journal.last_seq
-    entries = await asyncio.to_thread(
-        s.journal.read, after, upto, min(limit or HISTORY_PAGE_MAX, HISTORY_PAGE_MAX)
-    )
-    return json_ok({"updates": entries, "last_seq": upto, "journal_id": s.journal.id})
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
+    await response.prepare(request)
+    count = size = 0
+    last, next_after = after, None
+    piece = bytearray(b'{"updates":[')
+    try:
+        async with contextlib.aclosing(s.journal.stream(after, upto)) as entries:
+            async for entry in entries:
+                if count and (count == limit or size + entry.size > HISTORY_PAGE_BYTES):
+                    next_after = last
+                    break
+                piece += (b"," if count else b"") + entry.text.encode()
+                count, size, last = count + 1, size + entry.size, entry.seq
+                if len(piece) >= WRITE_PIECE_BYTES:
+                    await response.write(bytes(piece))
+                    piece.clear()
+        tail = {"last_seq": upto, "journal_id": s.journal.id, "next": next_after}
+        piece += b"]," + dumps(tail)[1:].encode()
+        await response.write(bytes(piece))
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client left mid-page
+    return response
 
 
 @handlers(METRICS)

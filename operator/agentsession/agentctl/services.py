@@ -64,7 +64,9 @@ class Services:
     def build(cls, config: Config) -> Services:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         metrics = Metrics()
-        journal = Journal(config.journal_path)
+        journal = Journal(
+            config.journal_path, on_skip=lambda reason: metrics.journal_lines_skipped.labels(reason).inc()
+        )
         if journal.unfinished_turn is not None:
             # The agentctl before this one ended in the middle of a turn (killed, or its pod stopped without a
             # drain), and its agent with it: the turn is over. Said so, no reader of the history waits for its end.

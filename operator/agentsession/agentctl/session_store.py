@@ -7,6 +7,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +28,13 @@ class SessionStore:
     def _load(self) -> SessionRecord:
         try:
             raw = json.loads(self._path.read_text(encoding="utf-8"))
-            return SessionRecord(**{k: raw.get(k) for k in SessionRecord.__dataclass_fields__})
+            if not isinstance(raw, dict):
+                raise TypeError(f"a JSON object was expected, not {type(raw).__name__}")
+            fields: dict[str, Any] = {k: raw.get(k) for k in SessionRecord.__dataclass_fields__}
+            return SessionRecord(**fields)
         except FileNotFoundError:
             return SessionRecord()
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
             log.warning(
                 "ignoring unreadable session state", extra={"path": str(self._path), "error": str(exc)}
             )

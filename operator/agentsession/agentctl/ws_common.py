@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl.http_common import dumps
+from agentsession.agentctl.http_common import NESTED_TOO_DEEP, dumps, nested_too_deeply
 
 HEARTBEAT_SECONDS = 30.0
 MAX_CLIENT_FRAME = 1024 * 1024
@@ -44,8 +44,14 @@ async def client_frames(ws: web.WebSocketResponse) -> AsyncIterator[dict[str, An
             continue
         try:
             data = json.loads(msg.data)
+            deep = nested_too_deeply(data)
         except ValueError as exc:
             await send_error(ws, "invalid_json", f"frame is not valid JSON: {exc}")
+            continue
+        except RecursionError:
+            deep = True
+        if deep:
+            await send_error(ws, "invalid_json", f"frame: {NESTED_TOO_DEEP}")
             continue
         if not isinstance(data, dict) or not isinstance(data.get("type"), str):
             await send_error(ws, "bad_frame", 'frames are JSON objects with a string "type"')

@@ -1,4 +1,8 @@
-"""WS /api/v1/acp/stream and /api/v1/acp/permissions/stream: journal entries, replayed then live."""
+"""WS /api/v1/acp/stream and /api/v1/acp/permissions/stream: journal entries, replayed then live.
+
+A client that falls behind its subscription's byte budget is closed with 1013 (try again later) and the seq to
+resume after, in the close reason.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ WS_CLOSE_TRY_AGAIN = 1013
 async def _pump(ws: web.WebSocketResponse, sub: Subscription, after: int | None) -> None:
     try:
         async for entry in sub.entries(after):
-            await send(ws, entry)
+            await ws.send_str(entry.text)
     except SubscriberTooSlow as exc:
         await ws.close(code=WS_CLOSE_TRY_AGAIN, message=str(exc).encode()[:120])
     except (ConnectionError, RuntimeError):

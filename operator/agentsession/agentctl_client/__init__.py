@@ -2,6 +2,7 @@
 
 from agentsession.agentctl_client.client import (
     BAD_ANSWER,
+    TOO_LARGE,
     UNREACHABLE,
     UPGRADE_REFUSED,
     AgentctlApi,
@@ -15,6 +16,7 @@ from agentsession.agentctl_client.client import (
 
 __all__ = [
     "BAD_ANSWER",
+    "TOO_LARGE",
     "UNREACHABLE",
     "UPGRADE_REFUSED",
     "AgentctlApi",

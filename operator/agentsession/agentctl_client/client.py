@@ -3,6 +3,10 @@
 Paths, methods and query names come from the route table (`agentsession.agentctl_routes`) and answers are
 parsed into the contract's models (`agentsession.agentctl_api`), so this client and the server cannot drift.
 Callers depend on the `AgentctlApi` protocol; `FakeAgentctl` implements it in memory for unit tests.
+
+What answers is not trusted to be small: agentctl's image may be the tenant's. Every answer is read up to a cap
+of its call and every frame up to a cap of its stream; beyond it the call fails with TOO_LARGE, having held no
+more than the cap.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import aiohttp
 from pydantic import BaseModel, ValidationError
 
 from agentsession.agentctl_api import (
+    ENTRY_MAX_BYTES,
+    HISTORY_PAGE_BYTES,
     CancelBody,
     CancelResponse,
     DrainBody,
@@ -60,10 +66,22 @@ from agentsession.agentctl_routes import (
 UNREACHABLE = "unreachable"
 BAD_ANSWER = "bad_answer"
 UPGRADE_REFUSED = "upgrade_refused"  # a WebSocket upgrade answered with an HTTP error (its body is not read)
+TOO_LARGE = "too_large"  # an answer or a frame over the cap of its call
 
 HEARTBEAT_SECONDS = 15.0
-UPDATE_FRAME_MAX = 16 * 1024 * 1024  # one journal entry can carry a whole tool call's output
 STREAM_STATUS = 101  # the status of an upgraded connection, for errors in its frames
+
+# Caps on what one call may answer, in bytes. A history page is HISTORY_PAGE_BYTES of entries and their envelope;
+# pending permissions carry the agent's tool calls as it sent them, so they get a page's cap too.
+ANSWER_MAX_BYTES = 1024 * 1024
+HISTORY_ANSWER_MAX_BYTES = HISTORY_PAGE_BYTES + 1024 * 1024
+PERMISSIONS_ANSWER_MAX_BYTES = HISTORY_ANSWER_MAX_BYTES
+# Caps on one frame: an update is one journal entry (at most ENTRY_MAX_BYTES); shell output comes in pieces of
+# 64 KiB at most, 6 times that once escaped as JSON.
+FRAME_MARGIN_BYTES = 4096
+UPDATE_FRAME_MAX = ENTRY_MAX_BYTES + FRAME_MARGIN_BYTES
+SHELL_FRAME_MAX = 1024 * 1024
+READ_PIECE_BYTES = 64 * 1024
 
 M = TypeVar("M", bound=BaseModel)
 # Beyond a drain's timeout: agentctl's cancel grace and the answer's way back.
@@ -74,8 +92,8 @@ class AgentctlError(RuntimeError):
     """A call agentctl could not be reached for, refused, or answered outside its contract.
 
     `status` is the HTTP status (None when agentctl was not reached); `code` is agentctl's error code from its
-    ErrorResponse, else UNREACHABLE, BAD_ANSWER or UPGRADE_REFUSED; `detail` is agentctl's own message, or
-    what went wrong on the way. The message names the call, the URL and why.
+    ErrorResponse, else UNREACHABLE, BAD_ANSWER, UPGRADE_REFUSED or TOO_LARGE; `detail` is agentctl's own
+    message, or what went wrong on the way. The message names the call, the URL and why.
     """
 
     def __init__(
@@ -122,7 +140,9 @@ class AgentctlApi(Protocol):
 
     async def status(self) -> StatusResponse: ...
 
-    async def history(self, after: int = 0) -> HistoryResponse: ...
+    async def history(self, after: int = 0, limit: int | None = None) -> HistoryResponse:
+        """One page of the entries with seq > after (at most `limit`, HISTORY_PAGE_ENTRIES, and
+        HISTORY_PAGE_BYTES of them); while `next` is not None, the following page is `history(next)`."""
 
     async def prompt(self, text: str) -> PromptAccepted:
         """Starts a turn and returns at once; the turn's entries come on `updates`."""
@@ -197,8 +217,12 @@ class AgentctlClient:
     async def status(self) -> StatusResponse:
         return await self._call(STATUS, StatusResponse)
 
-    async def history(self, after: int = 0) -> HistoryResponse:
-        return await self._call(HISTORY, HistoryResponse, after=after)
+    async def history(self, after: int = 0, limit: int | None = None) -> HistoryResponse:
+        if limit is None:
+            return await self._call(HISTORY, HistoryResponse, cap=HISTORY_ANSWER_MAX_BYTES, after=after)
+        return await self._call(
+            HISTORY, HistoryResponse, cap=HISTORY_ANSWER_MAX_BYTES, after=after, limit=limit
+        )
 
     # The bodies below are not validated here: agentctl's 422 says what is wrong in its own words, which
     # callers relay to whoever sent the value.
@@ -220,7 +244,7 @@ class AgentctlClient:
         return await self._call(DRAIN, DrainResponse, body, within=wait)
 
     async def permissions(self) -> PermissionsResponse:
-        return await self._call(PERMISSIONS, PermissionsResponse)
+        return await self._call(PERMISSIONS, PermissionsResponse, cap=PERMISSIONS_ANSWER_MAX_BYTES)
 
     async def respond_permission(
         self, pending_id: str, option_id: str | None = None, cancelled: bool = False
@@ -239,11 +263,11 @@ class AgentctlClient:
     @asynccontextmanager
     async def updates(self, after: int) -> AsyncIterator[AsyncIterator[JournalEntry]]:
         async with self._socket(UPDATES, UPDATE_FRAME_MAX, after=after) as ws:
-            yield _frames(ws, UPDATES, self.endpoint, JournalEntry)
+            yield _frames(ws, UPDATES, self.endpoint, JournalEntry, UPDATE_FRAME_MAX)
 
     @asynccontextmanager
     async def shell(self) -> AsyncIterator[ShellChannel]:
-        async with self._socket(SHELL_STREAM) as ws:
+        async with self._socket(SHELL_STREAM, SHELL_FRAME_MAX) as ws:
             yield _Shell(ws, self.endpoint)
 
     def _path(self, route: Route, query: dict[str, str | int]) -> str:
@@ -259,6 +283,7 @@ class AgentctlClient:
         body: dict[str, object] | None = None,
         *,
         within: aiohttp.ClientTimeout | None = None,
+        cap: int = ANSWER_MAX_BYTES,
         **query: str | int,
     ) -> M:
         path = self._path(route, query)
@@ -273,9 +298,19 @@ class AgentctlClient:
                     headers=self._headers,
                     timeout=within or self._timeout,
                 ) as response:
-                    status, text = response.status, await response.text(errors="replace")
+                    status, raw = response.status, await _read_capped(response, cap)
             except (aiohttp.ClientError, TimeoutError) as error:
                 raise AgentctlError(route.name, self.endpoint, _failure(error), path=path) from error
+            if raw is None:
+                raise AgentctlError(
+                    route.name,
+                    self.endpoint,
+                    f"the answer is larger than the limit of {cap} bytes for this call",
+                    path=path,
+                    status=status,
+                    code=TOO_LARGE,
+                )
+            text = raw.decode(errors="replace")
             if not 200 <= status < 300:
                 raise self._refusal(route, path, status, text)
             try:
@@ -308,7 +343,7 @@ class AgentctlClient:
 
     @asynccontextmanager
     async def _socket(
-        self, route: Route, max_frame: int = 4 * 1024 * 1024, **query: str | int
+        self, route: Route, max_frame: int, **query: str | int
     ) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
         path = self._path(route, query)
         url = "ws" + self.endpoint.removeprefix("http") + path
@@ -326,10 +361,35 @@ class AgentctlClient:
             yield ws
 
 
+async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes | None:
+    """The body, or None as soon as it proves longer than `cap` (by its Content-Length, or as it is read)."""
+    if response.content_length is not None and response.content_length > cap:
+        return None
+    body = bytearray()
+    async for piece in response.content.iter_chunked(READ_PIECE_BYTES):
+        body += piece
+        if len(body) > cap:
+            return None
+    return bytes(body)
+
+
+def _too_big(error: object) -> bool:
+    return isinstance(error, aiohttp.WebSocketError) and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+
+
 async def _frames(
-    ws: aiohttp.ClientWebSocketResponse, route: Route, endpoint: str, model: type[M]
+    ws: aiohttp.ClientWebSocketResponse, route: Route, endpoint: str, model: type[M], max_frame: int
 ) -> AsyncIterator[M]:
     async for message in ws:
+        if message.type == aiohttp.WSMsgType.ERROR and _too_big(message.data):
+            raise AgentctlError(
+                route.name,
+                endpoint,
+                f"a frame is larger than the limit of {max_frame} bytes for this stream",
+                path=route.path,
+                status=STREAM_STATUS,
+                code=TOO_LARGE,
+            )
         if message.type != aiohttp.WSMsgType.TEXT:
             return  # closed or broken: the stream is over, and its caller decides whether to reopen it
         try:
@@ -354,7 +414,7 @@ class _Shell:
         self._endpoint = endpoint
 
     def frames(self) -> AsyncIterator[ShellFrame]:
-        return _frames(self._ws, SHELL_STREAM, self._endpoint, ShellFrame)
+        return _frames(self._ws, SHELL_STREAM, self._endpoint, ShellFrame, SHELL_FRAME_MAX)
 
     async def send_input(self, data: str) -> None:
         try:

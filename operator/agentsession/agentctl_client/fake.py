@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agentsession.agentctl.entry_limit import fit
 from agentsession.agentctl_api import (
+    HISTORY_PAGE_BYTES,
+    HISTORY_PAGE_ENTRIES,
     AcpActivity,
     AgentIdentity,
     CancelResponse,
@@ -116,8 +119,17 @@ class FakeShell:
 class FakeAgentctl:
     """AgentctlApi in memory. Before `start` the agent is "stopped", as in a fresh agentctl."""
 
-    def __init__(self, endpoint: str = "http://agentctl.fake:9999") -> None:
+    def __init__(
+        self,
+        endpoint: str = "http://agentctl.fake:9999",
+        *,
+        history_page_entries: int = HISTORY_PAGE_ENTRIES,
+        history_page_bytes: int = HISTORY_PAGE_BYTES,
+    ) -> None:
+        """Small history pages let a test page through a short journal."""
         self.endpoint = endpoint
+        self.history_page_entries = history_page_entries
+        self.history_page_bytes = history_page_bytes
         self.agent_state = "stopped"
         self.last_error: str | None = None
         self.session_id: str | None = None
@@ -150,15 +162,18 @@ class FakeAgentctl:
         return self.journal[-1].seq if self.journal else 0
 
     def append(self, kind: str, notification: dict[str, Any]) -> JournalEntry:
-        """Journals an entry and delivers it to the open update streams, as agentctl does with agent output."""
+        """Journals an entry and delivers it to the open update streams, as agentctl does with agent output:
+        one over ENTRY_MAX_BYTES is cut to fit and marked `truncated`."""
         moment = _now()
-        entry = JournalEntry.model_validate(
-            {
-                "seq": self.last_seq + 1,
-                "timestamp": _timestamp(moment),
-                "kind": kind,
-                "notification": notification,
-            }
+        entry = JournalEntry.model_validate_json(
+            fit(
+                {
+                    "seq": self.last_seq + 1,
+                    "timestamp": _timestamp(moment),
+                    "kind": kind,
+                    "notification": notification,
+                }
+            )
         )
         self.journal.append(entry)
         self.last_activity_at = moment
@@ -252,10 +267,25 @@ class FakeAgentctl:
             journal_id=self.journal_id,
         )
 
-    async def history(self, after: int = 0) -> HistoryResponse:
-        self._enter(HISTORY, after)
-        updates = [entry.model_copy(deep=True) for entry in self.journal if entry.seq > after]
-        return HistoryResponse(updates=updates, last_seq=self.last_seq, journal_id=self.journal_id)
+    async def history(self, after: int = 0, limit: int | None = None) -> HistoryResponse:
+        """A page as agentctl makes one, of `history_page_entries` and `history_page_bytes` at most."""
+        self._enter(HISTORY, after, limit)
+        most = min(limit or self.history_page_entries, self.history_page_entries)
+        updates: list[JournalEntry] = []
+        size = 0
+        next_after: int | None = None
+        for entry in self.journal:
+            if entry.seq <= after:
+                continue
+            entry_size = len(entry.model_dump_json())
+            if updates and (len(updates) == most or size + entry_size > self.history_page_bytes):
+                next_after = updates[-1].seq
+                break
+            updates.append(entry.model_copy(deep=True))
+            size += entry_size
+        return HistoryResponse(
+            updates=updates, last_seq=self.last_seq, journal_id=self.journal_id, next=next_after
+        )
 
     async def prompt(self, text: str) -> PromptAccepted:
         self._enter(PROMPT, text)

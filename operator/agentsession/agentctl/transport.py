@@ -7,8 +7,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-# ACP messages can carry images and whole files; the SDK's own default is 50 MiB per line.
-LINE_LIMIT = 50 * 1024 * 1024
+# The longest line agentctl reads from the agent: ACP messages carry images and whole files (a screenshot, a file the
+# agent wrote), a few MiB at most. A longer line is skipped unread (`channel.AgentChannel`); the reader buffers at
+# most twice this. The SDK's own default, 50 MiB, is more than agentctl's whole memory limit can parse.
+LINE_LIMIT = 8 * 1024 * 1024
 
 
 @dataclass(slots=True)

@@ -127,7 +127,7 @@ class AgentChannel:
                     head = head or chunk[:HEAD_BYTES]
                     size += len(chunk)
                     continue
-                return _Oversized(head or tail[:HEAD_BYTES], size + len(tail))
+                return _Oversized(head or tail[:HEAD_BYTES], size + len(tail) - 1)  # not its newline
         except asyncio.IncompleteReadError as exc:
             return _Oversized(head or exc.partial[:HEAD_BYTES], size + len(exc.partial))
         except (ConnectionError, OSError):

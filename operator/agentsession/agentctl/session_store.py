@@ -30,7 +30,9 @@ class SessionStore:
             return SessionRecord(**{k: raw.get(k) for k in SessionRecord.__dataclass_fields__})
         except FileNotFoundError:
             return SessionRecord()
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
+            # The file is in reach of the agent where the state dir is the workspace's: nested past the parser's
+            # recursion, it is as unreadable as one that is not JSON.
             log.warning(
                 "ignoring unreadable session state", extra={"path": str(self._path), "error": str(exc)}
             )

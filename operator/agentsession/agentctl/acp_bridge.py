@@ -98,6 +98,9 @@ MAX_KEY_AUTH_METHODS = 8
 # last_error and the agent_error entries hold text the agent chose (its error messages, its stderr): cut to this.
 ERROR_MAX_CHARS = 4000
 REATTACH_DELAY = 0.5
+# After agentctl lost its connection and closed the agent's input, the time an agent that ends at the end of its
+# input has to read it, before the FIFOs are opened again: opened at once, the input would not end for it.
+LOST_REATTACH_DELAY = 2.0
 # Longer than a transport takes to learn how its agent ended (the subprocess one waits up to 3 s).
 EXIT_REASON_WAIT = 5.0
 
@@ -523,14 +526,9 @@ class AgentBridge:
         turn_was_running: bool,
         lost: str | None,
     ) -> None:
-        if lost is None:
-            reason = await self.transport.exit_reason()
-            _settle(ended, reason)
-        else:
-            # Said first: the calls the loss cut short wait for it, and stopping the agent may take seconds.
-            reason = f"{lost}; agentctl stopped the agent"
-            _settle(ended, reason)
-            await self.transport.detach(stop_agent=True)
+        # A loss is said at once: the calls it cut short wait for the reason.
+        reason = await self.transport.exit_reason() if lost is None else f"{lost}; agentctl stopped the agent"
+        _settle(ended, reason)
         self.permissions.cancel_all("agent_exited")
         # Otherwise a stop took over while the reason was learned, and says how the attachment ended.
         if self._phase is Phase.EXITED:
@@ -539,22 +537,31 @@ class AgentBridge:
             if lost is None:
                 what = "agent exited during a turn" if turn_was_running else "agent exited"
                 self._record_error(f"{what}: {reason}", "agent_exited")
+                self._attach_again()
             else:
                 what = "during a turn: " if turn_was_running else ""
                 self._record_error(
                     f"agentctl lost the ACP connection to the agent {what}{reason}", "agent_lost"
                 )
-            # An exit seen while a re-attach is already trying (its pipes broke) must not start a second one.
-            if self.transport.name == "fifo" and not self._resume_wanted:
-                self.prepare_in_background()
-            elif (
-                self.transport.name == "fifo"
-                and self._resume_wanted
-                and (self._reattach is None or self._reattach.done())
-            ):
-                self._reattach = self._tasks.spawn(self._reattach_loop(), "reattach")
+                # A start meanwhile attaches an agent of its own (the transport stops this one first).
+                await self.transport.detach(stop_agent=True)
+                self._tasks.spawn(self._attach_again_after(LOST_REATTACH_DELAY), "attach again")
         with contextlib.suppress(Exception):
             await conn.close()
+
+    def _attach_again(self) -> None:
+        """After the agent's end: a pod's agent is attached again as soon as its container has restarted."""
+        if self.transport.name != "fifo" or self._phase is not Phase.FAILED:
+            return
+        # An exit seen while a re-attach is already trying (its pipes broke) must not start a second one.
+        if not self._resume_wanted:
+            self.prepare_in_background()
+        elif self._reattach is None or self._reattach.done():
+            self._reattach = self._tasks.spawn(self._reattach_loop(), "reattach")
+
+    async def _attach_again_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._attach_again()
 
     async def _reattach_loop(self) -> None:
         """A restarted agent container reopens the FIFOs; resume its session there without re-prompting."""

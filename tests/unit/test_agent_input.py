@@ -24,7 +24,7 @@ from agentsession.agentctl.agent_input import (
     parse_message,
     too_deep,
 )
-from agentsession.agentctl.channel import AgentChannel
+from agentsession.agentctl.channel import ANSWERS_BUFFER_MAX, AgentChannel
 from agentsession.agentctl.session_store import SessionRecord, SessionStore
 from agentsession.agentctl.transport import LINE_LIMIT, AgentPipes
 
@@ -143,11 +143,20 @@ def test_every_kind_the_schema_knows_is_a_metric_label() -> None:
     assert len(KNOWN_KINDS) < 30
 
 
+class WriteTransport:
+    def __init__(self) -> None:
+        self.buffered = 0
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+
 class Writer:
     """The agent's stdin, as a list of the messages written to it."""
 
     def __init__(self) -> None:
         self.lines: list[dict[str, Any]] = []
+        self.transport = WriteTransport()
 
     def write(self, data: bytes) -> None:
         self.lines.extend(json.loads(part) for part in data.splitlines())
@@ -220,6 +229,16 @@ async def test_a_refused_request_is_answered_to_the_agent() -> None:
     assert (
         sent["error"]["message"] == f"agentctl refused the request: it nests deeper than {MAX_DEPTH} levels"
     )
+
+
+async def test_an_agent_that_does_not_read_its_input_gets_no_more_answers_and_is_still_read() -> None:
+    ch = Channel()
+    ch.writer.transport.buffered = ANSWERS_BUFFER_MAX
+    answer = {"jsonrpc": "2.0", "id": 2, "result": {}}
+    ch.feed(line({"jsonrpc": "2.0", "id": "a-1", "method": 7}), line(answer))
+    assert await ch.receive() == answer
+    assert ch.writer.lines == []
+    assert len(ch.refused) == 1
 
 
 async def test_the_sdks_receive_loop_is_found_and_ends_with_its_connection() -> None:

@@ -15,7 +15,6 @@ that neither side waits for an answer that will not come.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,8 @@ from agentsession.agentctl.transport import LINE_LIMIT, AgentPipes
 
 # How much of an oversized line is taken out of the reader's buffer at a time while skipping it.
 SKIP_CHUNK = MIB
+# Past this much unwritten input of the agent's, its refused requests are not answered any more.
+ANSWERS_BUFFER_MAX = MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ class AgentChannel:
                 parsed = parse_message(line)
             if isinstance(parsed, Refusal):
                 self._on_refused(parsed)
-                answer = await self._answer_refused(parsed)
+                answer = self._answer_refused(parsed)
                 if answer is not None:
                     return answer
                 continue
@@ -90,17 +91,22 @@ class AgentChannel:
                 continue
             return parsed
 
-    async def _answer_refused(self, refusal: Refusal) -> dict[str, Any] | None:
+    def _answer_refused(self, refusal: Refusal) -> dict[str, Any] | None:
         """Answers a refused request of the agent's; returns the error answer that stands in for a refused answer."""
         if not refusal.answerable:
             return None
         if not refusal.request:
             return error_response(refusal.id, REFUSED_ANSWER, refusal.reason)
-        # An agent gone meanwhile: its end is reported by the read side.
-        with contextlib.suppress(ConnectionError, OSError):
-            await self.send(
-                error_response(refusal.id, INVALID_REQUEST, f"agentctl refused the request: {refusal.reason}")
+        # Written without waiting: reading the agent's output must not stop while the agent does not read its
+        # input; an agent that lets its input fill up gets no more of these answers.
+        if (
+            not self._writer.is_closing()
+            and self._writer.transport.get_write_buffer_size() < ANSWERS_BUFFER_MAX
+        ):
+            answer = error_response(
+                refusal.id, INVALID_REQUEST, f"agentctl refused the request: {refusal.reason}"
             )
+            self._writer.write(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
         return None
 
     async def _read_line(self) -> bytes | _Oversized | None:

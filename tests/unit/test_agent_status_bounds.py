@@ -252,6 +252,11 @@ def test_an_agent_not_ready_yet_before_its_session_or_ready_again_is_no_loss() -
     initialized = map_status(observe(before)).condition("AgentInitialized")
     assert initialized is not None
     assert initialized.reason == "Initialized"
+    stopping = agent_pod(agent_ready=False, containers_ready_since="2026-01-01T11:58:00Z")
+    stopping["metadata"]["deletionTimestamp"] = "2026-01-01T11:58:00Z"
+    stopped = map_status(observe(stopping)).condition("AgentInitialized")
+    assert stopped is not None
+    assert stopped.reason != AGENT_NOT_ANSWERING
     again = agent_pod(agent_ready=True, containers_ready_since="2026-01-01T11:58:00Z")
     status = map_status(observe(again))
     assert status.phase == "Ready"

@@ -163,6 +163,8 @@ def agent_unready_since(pod: Manifest, acp: AcpStatus | None) -> str | None:
     agent = container_status(pod, AGENT_CONTAINER, init=False)
     if agent is None or agent.get("ready") or "running" not in (agent.get("state") or {}):
         return None
+    if pod["metadata"].get("deletionTimestamp"):
+        return None  # its containers are being stopped
     if acp is None or acp.initializedTime is None or acp.podUID != pod["metadata"].get("uid"):
         return None
     condition = _pod_condition(pod, "ContainersReady")

@@ -7,13 +7,15 @@ answer them are defined in `agentsession.agentctl_routes`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationError,
     model_serializer,
     model_validator,
 )
@@ -50,12 +52,74 @@ class StartRequest(BaseModel):
     )
 
 
+# What the agent says about itself (its name, its modes, its session id) reaches every client and the AgentSession's
+# status, so each string is bounded, and the modes in count and in bytes. Real agents stay far below: ids of a word
+# or two, names of a few words, descriptions of a sentence or two. Display strings past their bound are cut (and end
+# in ELLIPSIS); an id past its bound is not the agent's id any more, so what it names is left out instead.
+SESSION_ID_MAX_CHARS = 512
+MODE_ID_MAX_CHARS = 256
+LABEL_MAX_CHARS = 256
+DESCRIPTION_MAX_CHARS = 2048
+MODES_MAX = 64
+MODES_MAX_BYTES = 32 * 1024
+ELLIPSIS = "\u2026"
+
+
+def cut_text(value: Any, limit: int) -> Any:
+    """A string longer than `limit` characters cut to `limit` (its last one ELLIPSIS); anything else as it is."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[: limit - 1] + ELLIPSIS
+    return value
+
+
+def bounded_id(value: Any, limit: int = MODE_ID_MAX_CHARS) -> str | None:
+    """An id the agent gave, or None when it is not a string of at most `limit` characters."""
+    return value if isinstance(value, str) and len(value) <= limit else None
+
+
+Label = Annotated[
+    str, BeforeValidator(lambda v: cut_text(v, LABEL_MAX_CHARS)), Field(max_length=LABEL_MAX_CHARS)
+]
+Description = Annotated[
+    str,
+    BeforeValidator(lambda v: cut_text(v, DESCRIPTION_MAX_CHARS)),
+    Field(max_length=DESCRIPTION_MAX_CHARS),
+]
+ModeId = Annotated[str, Field(max_length=MODE_ID_MAX_CHARS)]
+CurrentModeId = Annotated[ModeId | None, BeforeValidator(bounded_id)]
+SessionId = Annotated[str, Field(max_length=SESSION_ID_MAX_CHARS)]
+
+
 class SessionMode(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    id: str
-    name: str
-    description: str | None = None
+    id: ModeId
+    name: Label
+    description: Description | None = None
+
+
+def bounded_modes(value: Any) -> Any:
+    """The agent's modes as far as the bounds go: in order, at most MODES_MAX of them and MODES_MAX_BYTES (as
+    JSON), each mode's strings cut; a mode that is not one (no name, an id past its bound) is left out."""
+    if not isinstance(value, list):
+        return value
+    kept: list[SessionMode] = []
+    size = 0
+    for item in value:
+        if len(kept) == MODES_MAX:
+            break
+        try:
+            mode = SessionMode.model_validate(item)
+        except ValidationError:
+            continue
+        size += len(mode.model_dump_json(exclude_none=True).encode())
+        if size > MODES_MAX_BYTES:
+            break
+        kept.append(mode)
+    return kept
+
+
+Modes = Annotated[list[SessionMode], BeforeValidator(bounded_modes), Field(max_length=MODES_MAX)]
 
 
 def mode_config_option(config_options: Any) -> dict[str, Any] | None:
@@ -77,31 +141,34 @@ def mode_config_option(config_options: Any) -> dict[str, Any] | None:
 
 
 def config_option_modes(option: dict[str, Any]) -> list[SessionMode]:
-    """The values of a select config option as modes; grouped values are flattened in their order."""
+    """The values of a select config option as modes (grouped values flattened in their order), as far as the
+    bounds of `bounded_modes` go."""
+    items = option.get("options")
     values: list[Any] = []
-    for item in option.get("options") or []:
+    for item in items if isinstance(items, list) else []:
         grouped = item.get("options") if isinstance(item, dict) and "group" in item else None
         values.extend(grouped if isinstance(grouped, list) else [item])
-    modes: list[SessionMode] = []
+    modes: list[dict[str, Any]] = []
     for v in values:
         if isinstance(v, dict) and isinstance(v.get("value"), str):
-            description = v.get("description")
+            name, description = v.get("name"), v.get("description")
             modes.append(
-                SessionMode(
-                    id=v["value"],
-                    name=str(v.get("name") or v["value"]),
-                    description=description if isinstance(description, str) else None,
-                )
+                {
+                    "id": v["value"],
+                    "name": name if isinstance(name, str) and name else v["value"],
+                    "description": description if isinstance(description, str) else None,
+                }
             )
-    return modes
+    kept: list[SessionMode] = bounded_modes(modes)
+    return kept
 
 
 class AgentIdentity(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    name: str
-    title: str | None = None
-    version: str | None = None
+    name: Label
+    title: Label | None = None
+    version: Label | None = None
 
 
 class StartResponse(BaseModel):
@@ -110,11 +177,11 @@ class StartResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     success: bool
-    session_id: str
+    session_id: SessionId
     resumed: bool = Field(default=False, description="True when session/load was used.")
     prompt_sent: bool = Field(default=False, description="True when this call sent the initial prompt.")
-    current_mode_id: str | None = None
-    available_modes: list[SessionMode] = Field(default_factory=list)
+    current_mode_id: CurrentModeId = None
+    available_modes: Modes = Field(default_factory=list)
     agent_info: AgentIdentity | None = None
     protocol_version: int = 1
 
@@ -154,7 +221,7 @@ class SessionNewBody(BaseModel):
 class SessionLoadBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str = Field(min_length=1, max_length=512)
+    session_id: str = Field(min_length=1, max_length=SESSION_ID_MAX_CHARS)
     cwd: str | None = None
 
 
@@ -226,7 +293,7 @@ class DrainResponse(BaseModel):
 class ModeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mode_id: str = Field(min_length=1, max_length=256)
+    mode_id: str = Field(min_length=1, max_length=MODE_ID_MAX_CHARS)
     session_id: str | None = None
 
 

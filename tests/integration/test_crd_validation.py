@@ -7,8 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from agentsession.agentctl_api import (
+    DESCRIPTION_MAX_CHARS,
+    LABEL_MAX_CHARS,
+    MODE_ID_MAX_CHARS,
+    MODES_MAX,
+    SESSION_ID_MAX_CHARS,
+)
+from agentsession.api.constants import GROUP, PLURAL, VERSION
 from tests.support.kube import Sessions
 
 pytestmark = pytest.mark.cluster
@@ -71,3 +80,37 @@ def test_defaults_are_applied_by_the_api_server(crd_installed: list[str], sessio
     assert created["spec"]["agent"]["type"] == "demo"
     assert created["spec"]["suspend"] is False
     assert created["spec"]["workspace"]["mountPath"] == "/workspace"
+
+
+def test_the_status_refuses_what_an_agent_would_bloat_it_with(
+    kube_api: Any, crd_installed: list[str], sessions: Sessions
+) -> None:
+    """The operator cuts what the agent says of itself before it writes status.acp; the API server refuses it too,
+    should anything else write it uncut."""
+    sessions.create("bloated", {"title": "bloated"})
+    custom = client.CustomObjectsApi(kube_api)
+    args = (GROUP, VERSION, sessions.namespace, PLURAL, "bloated")
+    mode = {"id": "m", "name": "Mode"}
+    oversized = [
+        ({"availableModes": [mode] * (MODES_MAX + 1)}, "status.acp.availableModes: Too many"),
+        (
+            {"availableModes": [{**mode, "id": "i" * (MODE_ID_MAX_CHARS + 1)}]},
+            "status.acp.availableModes[0].id",
+        ),
+        (
+            {"availableModes": [{**mode, "description": "d" * (DESCRIPTION_MAX_CHARS + 1)}]},
+            "status.acp.availableModes[0].description",
+        ),
+        ({"agentInfo": {"name": "n" * (LABEL_MAX_CHARS + 1)}}, "status.acp.agentInfo.name: Too long"),
+        ({"sessionId": "s" * (SESSION_ID_MAX_CHARS + 1)}, "status.acp.sessionId: Too long"),
+        ({"currentModeId": "c" * (MODE_ID_MAX_CHARS + 1)}, "status.acp.currentModeId: Too long"),
+    ]
+    for acp, refusal in oversized:
+        message = _rejected(
+            lambda acp=acp: custom.patch_namespaced_custom_object_status(*args, {"status": {"acp": acp}})
+        )
+        assert refusal in message, message
+    # At the bounds it is kept.
+    at_bounds = {"availableModes": [mode] * MODES_MAX, "agentInfo": {"name": "n" * LABEL_MAX_CHARS}}
+    custom.patch_namespaced_custom_object_status(*args, {"status": {"acp": at_bounds}})
+    assert len(sessions.get("bloated")["status"]["acp"]["availableModes"]) == MODES_MAX

@@ -5,11 +5,13 @@ each a few reconciles in milliseconds. The kubelet's part is played by `Kubelet`
 from __future__ import annotations
 
 import base64
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from agentsession.agentctl_api import MODES_MAX, MODES_MAX_BYTES, SessionMode
 from agentsession.agentctl_client import AgentctlError
 from agentsession.agentctl_client.fake import (
     PERMISSION_OPTIONS,
@@ -748,3 +750,40 @@ def test_activity_is_read_for_an_idle_timeout_or_a_template_change_of_a_started_
     assert not wants_activity(started_session, suspending, pod, config)
     idle = AgentSessionSpec.model_validate({"lifecycle": {"idleTimeout": "5m"}})
     assert wants_activity(started_session, idle, pod, config)
+
+
+async def test_an_agent_that_stops_answering_is_reported_with_agentctls_reason_and_recovers() -> None:
+    world = World()
+    await world.until_ready()
+    world.agentctl.agent_state = "error"
+    world.agentctl.last_error = (
+        "agentctl lost the ACP connection to the agent: it stopped reading its messages"
+    )
+    pod = world.kubelet.pod()
+    pod["status"]["containerStatuses"][0]["ready"] = False
+    pod["status"]["conditions"].append(
+        {"type": "ContainersReady", "status": "False", "lastTransitionTime": "2026-01-01T12:03:00Z"}
+    )
+    world.kube.put(pod)
+    await world.reconcile()
+    assert world.status()["phase"] == "Failed"
+    initialized = world.condition("AgentInitialized")
+    assert initialized is not None
+    assert initialized["reason"] == "AgentNotAnswering"
+    assert "it stopped reading its messages" in initialized["message"]
+    assert world.events() == [("Warning", "AgentNotAnswering")]
+    assert [call for call, _ in world.agentctl.calls if call == "start"] == []
+    world.kubelet.run()  # agentctl got the agent answering again
+    await world.reconcile()
+    assert world.status()["phase"] == "Ready"
+
+
+async def test_what_the_agent_says_of_itself_reaches_the_status_bounded() -> None:
+    world = World()
+    world.agentctl.available_modes = [
+        SessionMode(id=f"mode-{i}", name="N" * 10_000, description="D" * 10_000) for i in range(1000)
+    ]
+    await world.until_ready()
+    acp = world.status()["acp"]
+    assert 0 < len(acp["availableModes"]) <= MODES_MAX
+    assert len(json.dumps(acp)) < 2 * MODES_MAX_BYTES

@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
 import time
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar, cast
 
@@ -34,21 +36,24 @@ from acp.schema import (
 from pydantic import ValidationError
 
 from agentsession.agentctl import __version__
+from agentsession.agentctl.agent_input import Refusal, preview
 from agentsession.agentctl.channel import AgentChannel
 from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.config import Config
 from agentsession.agentctl.errors import ApiError, agent_unavailable, conflict, from_agent_error
 from agentsession.agentctl.events import EventHub
 from agentsession.agentctl.metrics import Metrics
-from agentsession.agentctl.permissions import PermissionBroker
+from agentsession.agentctl.permissions import CANCELLED, PermissionBroker, TooManyPending
 from agentsession.agentctl.session_store import SessionStore
 from agentsession.agentctl.transport import AgentTransport
 from agentsession.agentctl_api import (
+    SESSION_ID_MAX_CHARS,
     AgentIdentity,
     AgentState,
-    SessionMode,
     StartRequest,
     StartResponse,
+    bounded_id,
+    bounded_modes,
     config_option_modes,
     mode_config_option,
 )
@@ -75,9 +80,27 @@ ReplayFilter = Literal["off", "all", "conversation"]
 AGENT_GONE = frozenset({"agent_exited", "agent_timeout", "agent_unavailable"})
 # ACP's "authentication required" error code.
 AUTH_REQUIRED = -32000
-# Update kinds are the agent's strings: past this many, invalid ones are journaled without a warning.
+# Update kinds are the agent's strings: past this many, invalid ones are journaled without a warning; each is
+# remembered, logged and counted cut to KIND_MAX_CHARS.
 MAX_INVALID_KINDS = 50
+KIND_MAX_CHARS = 100
+# The kinds of session/update the ACP schema knows, each a label of agentctl_session_updates_total; any other kind
+# counts as "unknown", so the agent cannot add series to the metrics.
+KNOWN_KINDS = frozenset(
+    kind
+    for variant in typing.get_args(SessionNotification.model_fields["update"].annotation)
+    for kind in typing.get_args(variant.model_fields["session_update"].annotation)
+)
+# What the bridge keeps of the agent's description of itself (`GET /api/v1/info`): its capabilities up to this size
+# as JSON, else only whether it loads sessions; its API-key methods up to this many, ids up to MODE_ID_MAX_CHARS.
+CAPABILITIES_MAX_BYTES = 16 * 1024
+MAX_KEY_AUTH_METHODS = 8
+# last_error and the agent_error entries hold text the agent chose (its error messages, its stderr): cut to this.
+ERROR_MAX_CHARS = 4000
 REATTACH_DELAY = 0.5
+# After agentctl lost its connection and closed the agent's input, the time an agent that ends at the end of its
+# input has to read it, before the FIFOs are opened again: opened at once, the input would not end for it.
+LOST_REATTACH_DELAY = 2.0
 # Longer than a transport takes to learn how its agent ended (the subprocess one waits up to 3 s).
 EXIT_REASON_WAIT = 5.0
 
@@ -135,6 +158,14 @@ class IllegalTransition(ApiError):
         super().__init__(409, "conflict", f"the agent cannot go from {current.value} to {target.value}")
 
 
+def receive_loop(conn: ClientSideConnection) -> asyncio.Task[Any] | None:
+    """The SDK's task that reads the agent's messages. The SDK offers no handle on it (in acp 0.12 it is the
+    connection's `_conn._recv_task`, which a unit test checks), yet its end is the one sure sign that no answer
+    will come any more."""
+    task = getattr(getattr(conn, "_conn", None), "_recv_task", None)
+    return task if isinstance(task, asyncio.Task) else None
+
+
 def _dump(model: Any) -> dict[str, Any]:
     out: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return out
@@ -161,9 +192,13 @@ class BridgeClient:
     async def request_permission(
         self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
     ) -> RequestPermissionResponse:
-        outcome = await self._bridge.permissions.request(
-            session_id, _dump(tool_call), [_dump(o) for o in options]
-        )
+        try:
+            outcome = await self._bridge.permissions.request(
+                session_id, _dump(tool_call), [_dump(o) for o in options]
+            )
+        except TooManyPending as exc:
+            self._bridge.report_protocol_error(str(exc))
+            outcome = CANCELLED
         return RequestPermissionResponse.model_validate({"outcome": outcome})
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -200,15 +235,35 @@ class AcpState:
         """Take the modes from a mode config option if there is one (ACP prefers it), else from `modes`;
         with neither, the modes known so far stay."""
         option = mode_config_option(config_options)
-        if option is not None:
+        if option is not None and bounded_id(option["id"]) is not None:
             self.mode_config_id = option["id"]
-            value = option.get("currentValue")
-            self.current_mode_id = value if isinstance(value, str) else None
+            self.current_mode_id = bounded_id(option.get("currentValue"))
             self.available_modes = [m.model_dump(exclude_none=True) for m in config_option_modes(option)]
         elif modes is not None:
             self.mode_config_id = None
-            self.current_mode_id = modes.get("currentModeId")
-            self.available_modes = list(modes.get("availableModes") or [])
+            self.current_mode_id = bounded_id(modes.get("currentModeId"))
+            self.available_modes = [
+                m.model_dump(exclude_none=True) for m in bounded_modes(modes.get("availableModes") or [])
+            ]
+
+    def set_identity(self, answer: dict[str, Any]) -> None:
+        """What the agent's answer to initialize says of it, as far as the bounds go."""
+        info = answer.get("agentInfo")
+        try:
+            self.agent_info = (
+                AgentIdentity.model_validate(info).model_dump(exclude_none=True) if info else None
+            )
+        except ValidationError:
+            self.agent_info = None
+        capabilities = answer.get("agentCapabilities") or {}
+        if len(json.dumps(capabilities)) > CAPABILITIES_MAX_BYTES:
+            capabilities = {"loadSession": bool(capabilities.get("loadSession"))}
+        self.agent_capabilities = capabilities
+        self.key_auth_methods = [
+            m["id"]
+            for m in answer.get("authMethods", [])
+            if m.get("type") == "env_var" and bounded_id(m.get("id")) is not None
+        ][:MAX_KEY_AUTH_METHODS]
 
 
 class AgentBridge:
@@ -313,6 +368,8 @@ class AgentBridge:
         }
 
     def _record_error(self, message: str, kind: str) -> None:
+        if len(message) > ERROR_MAX_CHARS:
+            message = message[:ERROR_MAX_CHARS] + "..."
         self.last_error = message
         self.last_error_at = utc_now()
         self.metrics.errors.labels(kind).inc()
@@ -335,16 +392,15 @@ class AgentBridge:
         params = message.get("params")
         update = params.get("update") if isinstance(params, dict) else None
         if not isinstance(update, dict) or not isinstance(update.get("sessionUpdate"), str):
-            self._record_error(
-                f"agent sent a malformed session/update: {str(params)[:200]}", "agent_protocol"
-            )
+            shown = preview(json.dumps(params).encode())
+            self._record_error(f"agent sent a malformed session/update: {shown}", "agent_protocol")
             return True
         kind = update["sessionUpdate"]
         try:
             SessionNotification.model_validate(params)
         except ValidationError as exc:
-            self._warn_invalid(kind, exc)
-        if kind == "current_mode_update" and isinstance(update.get("currentModeId"), str):
+            self._warn_invalid(kind[:KIND_MAX_CHARS], exc)
+        if kind == "current_mode_update" and bounded_id(update.get("currentModeId")) is not None:
             self.acp.current_mode_id = update["currentModeId"]
         elif kind == "config_option_update":
             self.acp.set_modes(None, update.get("configOptions"))
@@ -356,7 +412,7 @@ class AgentBridge:
             # session/load replays what the journal already holds; journaling it again would duplicate it.
             self.metrics.updates.labels("replayed").inc()
             return True
-        self.metrics.updates.labels(kind).inc()
+        self.metrics.updates.labels(kind if kind in KNOWN_KINDS else "unknown").inc()
         self.hub.publish("session_update", cast(dict[str, Any], params))
         return True
 
@@ -369,33 +425,58 @@ class AgentBridge:
         log.warning(
             "agent sent a session/update of kind %r that the ACP schema of this agentctl does not accept"
             " (%s: %s); journaled as sent, and further ones of this kind are not reported",
-            kind[:100],
-            where,
+            kind,
+            where[:300],
             first["msg"][:300],
-            extra={"kind": kind[:100]},
+            extra={"kind": kind},
         )
 
-    def _on_garbage(self, line: bytes) -> None:
+    def _on_refused(self, refusal: Refusal) -> None:
         self._garbage_reports += 1
         if self._garbage_reports > MAX_GARBAGE_REPORTS:
             self.metrics.errors.labels("agent_protocol").inc()
             return
-        preview = line[:200].decode("utf-8", "replace")
+        answered = ""
+        if refusal.answerable:
+            answered = "; answered with an error" if refusal.request else "; taken as an error answer"
         self._record_error(
-            f"agent wrote a line to stdout that is not JSON-RPC: {preview!r}", "agent_protocol"
+            f"agent wrote a line to stdout that is not JSON-RPC agentctl accepts ({refusal.reason}){answered}",
+            "agent_protocol",
         )
+
+    def report_protocol_error(self, message: str) -> None:
+        """Something the agent asked for that agentctl refused (too many permission requests at once)."""
+        self._record_error(message, "agent_protocol")
 
     def _on_eof(self, channel: AgentChannel) -> None:
         """The agent's output ended. The channel calls this before the SDK fails the pending requests, so a turn
         the exit cut short is still in TURN here."""
         if channel is not self._channel:
             return  # agentctl ended this attachment itself
+        self._lose_attachment(None)
+
+    def _on_receive_loop_end(self, channel: AgentChannel, loop: asyncio.Task[Any]) -> None:
+        """The SDK's receive loop ended. After the agent's EOF, or when agentctl closed the connection, that is
+        expected; otherwise it failed, no answer can come any more, and every call would fail: the agent is
+        stopped (a pod's agent, its stdin closed, exits and its container restarts) and its end is reported as
+        an exit is, so that state, readiness and status say so."""
+        if channel is not self._channel or channel.eof.is_set():
+            return
+        failure = None if loop.cancelled() else loop.exception()
+        log.error("the ACP connection's receive loop ended without the agent's EOF", exc_info=failure)
+        self._lose_attachment(
+            "agentctl stopped reading the agent's messages after an internal error (see agentctl's log)"
+        )
+
+    def _lose_attachment(self, lost: str | None) -> None:
+        """The attachment is over without agentctl asking: the agent exited (`lost` None), or agentctl lost its
+        connection to it (`lost` says how)."""
         conn, ended = self._require_conn(), self._ended
         assert ended is not None
         turn_was_running = self._phase is Phase.TURN
         self._conn = self._channel = None
         self._move(Phase.EXITED)
-        self._tasks.spawn(self._record_exit(conn, ended, turn_was_running), "exit")
+        self._tasks.spawn(self._record_exit(conn, ended, turn_was_running, lost), "exit")
 
     # ----- attachment -----
 
@@ -422,10 +503,15 @@ class AgentBridge:
             raise
         # "running" waits for the agent's answer to initialize: an open pipe alone does not prove an agent.
         self._move(Phase.CONNECTED)
-        channel = AgentChannel(pipes, self._on_message, self._on_garbage, lambda: self._on_eof(channel))
+        channel = AgentChannel(pipes, self._on_message, self._on_refused, lambda: self._on_eof(channel))
         # BridgeClient implements the part of acp.Client an agentctl offers; the SDK answers the rest.
         conn = connect_to_agent(cast(Client, BridgeClient(self)), channel)
         self._conn, self._channel = conn, channel
+        loop = receive_loop(conn)
+        if loop is None:
+            log.warning("cannot watch the ACP SDK's receive loop; a failure of it would go unnoticed")
+        else:
+            loop.add_done_callback(lambda task: self._on_receive_loop_end(channel, task))
         self._ended = asyncio.get_running_loop().create_future()
         self.pid = pipes.pid
         self.attachments += 1
@@ -434,28 +520,48 @@ class AgentBridge:
         return conn
 
     async def _record_exit(
-        self, conn: ClientSideConnection, ended: asyncio.Future[str], turn_was_running: bool
+        self,
+        conn: ClientSideConnection,
+        ended: asyncio.Future[str],
+        turn_was_running: bool,
+        lost: str | None,
     ) -> None:
-        reason = await self.transport.exit_reason()
+        # A loss is said at once: the calls it cut short wait for the reason.
+        reason = await self.transport.exit_reason() if lost is None else f"{lost}; agentctl stopped the agent"
         _settle(ended, reason)
         self.permissions.cancel_all("agent_exited")
         # Otherwise a stop took over while the reason was learned, and says how the attachment ended.
         if self._phase is Phase.EXITED:
             self._reset_acp()
             self._move(Phase.FAILED)
-            what = "agent exited during a turn" if turn_was_running else "agent exited"
-            self._record_error(f"{what}: {reason}", "agent_exited")
-            # An exit seen while a re-attach is already trying (its pipes broke) must not start a second one.
-            if self.transport.name == "fifo" and not self._resume_wanted:
-                self.prepare_in_background()
-            elif (
-                self.transport.name == "fifo"
-                and self._resume_wanted
-                and (self._reattach is None or self._reattach.done())
-            ):
-                self._reattach = self._tasks.spawn(self._reattach_loop(), "reattach")
+            if lost is None:
+                what = "agent exited during a turn" if turn_was_running else "agent exited"
+                self._record_error(f"{what}: {reason}", "agent_exited")
+                self._attach_again()
+            else:
+                what = "during a turn: " if turn_was_running else ""
+                self._record_error(
+                    f"agentctl lost the ACP connection to the agent {what}{reason}", "agent_lost"
+                )
+                # A start meanwhile attaches an agent of its own (the transport stops this one first).
+                await self.transport.detach(stop_agent=True)
+                self._tasks.spawn(self._attach_again_after(LOST_REATTACH_DELAY), "attach again")
         with contextlib.suppress(Exception):
             await conn.close()
+
+    def _attach_again(self) -> None:
+        """After the agent's end: a pod's agent is attached again as soon as its container has restarted."""
+        if self.transport.name != "fifo" or self._phase is not Phase.FAILED:
+            return
+        # An exit seen while a re-attach is already trying (its pipes broke) must not start a second one.
+        if not self._resume_wanted:
+            self.prepare_in_background()
+        elif self._reattach is None or self._reattach.done():
+            self._reattach = self._tasks.spawn(self._reattach_loop(), "reattach")
+
+    async def _attach_again_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._attach_again()
 
     async def _reattach_loop(self) -> None:
         """A restarted agent container reopens the FIFOs; resume its session there without re-prompting."""
@@ -595,12 +701,9 @@ class AgentBridge:
         if self._phase not in ACP_INITIALIZED:
             self._move(Phase.INITIALIZED)
         self.acp.protocol_version = resp.protocol_version
-        self.acp.agent_info = _dump(resp.agent_info) if resp.agent_info else None
-        self.acp.agent_capabilities = _dump(resp.agent_capabilities) if resp.agent_capabilities else {}
-        self.acp.key_auth_methods = [
-            str(m["id"]) for m in _dump(resp).get("authMethods", []) if m.get("type") == "env_var"
-        ]
-        return _dump(resp)
+        answer = _dump(resp)
+        self.acp.set_identity(answer)
+        return answer
 
     async def _authenticated(self, method: str, call: Callable[[], Awaitable[T]]) -> T:
         """Runs session/new or session/load; when the agent asks for authentication first (Codex does, unless
@@ -639,6 +742,13 @@ class AgentBridge:
         cwd = self._check_cwd(cwd)
         self._replay = "off"
         resp = await self._authenticated("session/new", lambda: conn.new_session(cwd=cwd, mcp_servers=[]))
+        if len(resp.session_id) > SESSION_ID_MAX_CHARS:
+            raise ApiError(
+                502,
+                "agent_protocol",
+                f"the agent named its new session with an id of {len(resp.session_id)} characters; agentctl "
+                f"takes ids of at most {SESSION_ID_MAX_CHARS}",
+            )
         self._session_opened()
         self.acp.session_id, self.acp.cwd = resp.session_id, cwd
         self.acp.current_mode_id, self.acp.available_modes, self.acp.mode_config_id = None, [], None
@@ -821,16 +931,18 @@ class AgentBridge:
                 await self.set_mode(mode, None)
             assert self.acp.session_id is not None
             info = self.acp.agent_info
-            return StartResponse(
-                success=True,
-                session_id=self.acp.session_id,
-                resumed=resumed,
-                prompt_sent=prompt_sent,
-                current_mode_id=self.acp.current_mode_id,
-                available_modes=[SessionMode.model_validate(m) for m in self.acp.available_modes],
-                agent_info=AgentIdentity.model_validate(info) if info else None,
-                protocol_version=self.acp.protocol_version or PROTOCOL_VERSION,
-                **extra,
+            return StartResponse.model_validate(
+                {
+                    "success": True,
+                    "session_id": self.acp.session_id,
+                    "resumed": resumed,
+                    "prompt_sent": prompt_sent,
+                    "current_mode_id": self.acp.current_mode_id,
+                    "available_modes": self.acp.available_modes,
+                    "agent_info": info,
+                    "protocol_version": self.acp.protocol_version or PROTOCOL_VERSION,
+                    **extra,
+                }
             )
 
     async def stop(self) -> None:

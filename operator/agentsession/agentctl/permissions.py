@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -12,11 +13,33 @@ from typing import Any
 from agentsession.agentctl.clock import format_ts
 from agentsession.agentctl.events import EventHub
 from agentsession.agentctl.metrics import Metrics
-from agentsession.agentctl_api import PendingPermission
+from agentsession.agentctl_api import (
+    LABEL_MAX_CHARS,
+    MODE_ID_MAX_CHARS,
+    SESSION_ID_MAX_CHARS,
+    PendingPermission,
+    cut_text,
+)
 
 PERMISSION_KINDS = frozenset({"permission_request", "permission_resolved"})
 
 CANCELLED: dict[str, Any] = {"outcome": "cancelled"}
+# What the agent may park here: its requests wait for a person, up to the permission timeout, each in memory and in
+# every client's list. An agent asks for one tool call at a time, or a few when it runs tools in parallel; past
+# MAX_PENDING at once a request is answered "cancelled" at once. A tool call larger than TOOL_CALL_MAX_BYTES (as
+# JSON) is kept with its strings cut to TOOL_CALL_STRING_CHARS, or, still too large, as its id, title, kind and
+# status only, and says so in `_meta` (TRUNCATED_META: its size before); of its options the first MAX_OPTIONS are
+# kept, and only those whose id a client can send back.
+MAX_PENDING = 32
+TOOL_CALL_MAX_BYTES = 1024 * 1024
+TOOL_CALL_STRING_CHARS = 64 * 1024
+TOOL_CALL_SUMMARY_FIELDS = ("toolCallId", "title", "kind", "status")
+MAX_OPTIONS = 16
+TRUNCATED_META = "agentsession.dev/truncated"
+
+
+class TooManyPending(Exception):
+    pass
 
 
 class UnknownPending(LookupError):
@@ -25,6 +48,36 @@ class UnknownPending(LookupError):
 
 class InvalidOption(ValueError):
     pass
+
+
+def _cut_strings(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return cut_text(value, limit)
+    if isinstance(value, dict):
+        return {k: _cut_strings(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_strings(v, limit) for v in value]
+    return value
+
+
+def bounded_tool_call(tool_call: dict[str, Any]) -> dict[str, Any]:
+    """The tool call of a permission request as agentctl keeps it: whole up to TOOL_CALL_MAX_BYTES, else cut."""
+    size = len(json.dumps(tool_call))
+    if size <= TOOL_CALL_MAX_BYTES:
+        return tool_call
+    cut = _cut_strings({k: v for k, v in tool_call.items() if k != "_meta"}, TOOL_CALL_STRING_CHARS)
+    if len(json.dumps(cut)) > TOOL_CALL_MAX_BYTES:
+        cut = {
+            k: cut_text(tool_call[k], LABEL_MAX_CHARS)
+            for k in TOOL_CALL_SUMMARY_FIELDS
+            if isinstance(tool_call.get(k), str)
+        }
+    return {**cut, "_meta": {TRUNCATED_META: {"bytes": size}}}
+
+
+def bounded_options(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    kept = [o for o in options if len(str(o.get("optionId"))) <= MODE_ID_MAX_CHARS][:MAX_OPTIONS]
+    return [_cut_strings({k: v for k, v in o.items() if k != "_meta"}, LABEL_MAX_CHARS) for o in kept]
 
 
 @dataclass(slots=True)
@@ -56,13 +109,19 @@ class PermissionBroker:
     async def request(
         self, session_id: str, tool_call: dict[str, Any], options: list[dict[str, Any]]
     ) -> dict[str, Any]:
-        """Publish the request, wait for an answer; returns the ACP outcome object."""
+        """Publish the request, wait for an answer; returns the ACP outcome object. Raises TooManyPending past
+        MAX_PENDING requests at once."""
+        if len(self._pending) >= MAX_PENDING:
+            raise TooManyPending(
+                f"agent asked for permission with {MAX_PENDING} requests already waiting for an answer; "
+                "agentctl answered this one cancelled"
+            )
         now = datetime.now(UTC)
         request = PendingPermission(
             pending_id=uuid.uuid4().hex,
-            session_id=session_id,
-            tool_call=tool_call,
-            options=options,
+            session_id=cut_text(session_id, SESSION_ID_MAX_CHARS),
+            tool_call=bounded_tool_call(tool_call),
+            options=bounded_options(options),
             created_at=format_ts(now),
             expires_at=format_ts(now + timedelta(seconds=self._timeout)),
         )

@@ -35,6 +35,8 @@ class SessionStore:
         except FileNotFoundError:
             return SessionRecord()
         except (OSError, ValueError, TypeError, RecursionError) as exc:
+            # The file is in reach of the agent where the state dir is the workspace's: nested past the parser's
+            # recursion, it is as unreadable as one that is not JSON.
             log.warning(
                 "ignoring unreadable session state", extra={"path": str(self._path), "error": str(exc)}
             )

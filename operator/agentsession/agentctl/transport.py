@@ -7,11 +7,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-# The longest line agentctl reads from the agent; a longer one is dropped and reported. ACP messages can carry
-# images and whole files, but an update is stored cut to 1 MiB anyway (ENTRY_MAX_BYTES), and a line of N MiB costs
-# agentctl about 4N MiB while it is read, parsed and journaled: 16 MiB keeps that under half of its 256 MiB. (The
-# SDK's own default is 50 MiB, which took agentctl to 251 MiB.)
-LINE_LIMIT = 16 * 1024 * 1024
+# The longest line agentctl reads from the agent: ACP messages carry images and whole files (a screenshot, a file the
+# agent wrote), a few MiB at most. A longer line is skipped unread (`channel.AgentChannel`); the reader buffers at
+# most twice this. An update is stored cut to 1 MiB anyway (ENTRY_MAX_BYTES), and a line of N MiB costs agentctl
+# about 4N MiB while it is read, parsed and journaled. The SDK's own default, 50 MiB, took agentctl to 251 MiB.
+LINE_LIMIT = 8 * 1024 * 1024
 
 
 @dataclass(slots=True)

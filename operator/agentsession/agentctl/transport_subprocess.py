@@ -17,6 +17,9 @@ from agentsession.tasks import Supervisor
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_LINES = 20
+# Each line of the agent's stderr is kept and logged cut to this: it is for a person to read, and the tail of 20
+# must stay small whatever the agent prints.
+STDERR_LINE_CHARS = 1000
 
 
 class SubprocessTransport(AgentTransport):
@@ -66,7 +69,9 @@ class SubprocessTransport(AgentTransport):
                 continue
             if not line:
                 return
-            text = line.decode("utf-8", "replace").rstrip()
+            text = line[: STDERR_LINE_CHARS * 4].decode("utf-8", "replace").rstrip()
+            if len(text) > STDERR_LINE_CHARS or len(line) > STDERR_LINE_CHARS * 4:
+                text = text[:STDERR_LINE_CHARS] + f"... ({len(line)} bytes)"
             self._stderr_tail.append(text)
             log.info("agent stderr: %s", text, extra={"pid": pid})
 

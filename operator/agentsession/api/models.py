@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from agentsession.agentctl_api import AgentIdentity, SessionMode
+from agentsession.agentctl_api import AgentIdentity, CurrentModeId, Modes, SessionId
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Go duration syntax, which CEL's duration() parses, so rules can compare durations.
@@ -544,9 +544,12 @@ class Condition(_Model):
 
 
 class AcpStatus(_Model):
-    sessionId: str | None = None
-    currentModeId: str | None = None
-    availableModes: list[SessionMode] | None = None
+    """What agentctl reported of the ACP session. The agent chose its strings and lists, so each is bounded: the
+    operator cuts what is longer, and the API server refuses it."""
+
+    sessionId: SessionId | None = None
+    currentModeId: CurrentModeId = None
+    availableModes: Modes | None = None
     agentInfo: AgentIdentity | None = None
     podUID: str | None = Field(default=None, description="The pod whose agentctl was initialized.")
     agentctlRestartCount: int | None = Field(

@@ -52,6 +52,7 @@ class Observed:
     probe_message: str | None = None  # the kubelet's latest readiness failure of the running agentctl
     activity: StatusResponse | None = None  # agentctl's report, read for lifecycle.idleTimeout
     activity_error: str | None = None  # why that report could not be read
+    agent_error: str | None = None  # agentctl's last error, read when the agent stopped being ready
     # The pods of spec.poolRef's pool, read when the session may claim one (its first start).
     pool_members: tuple[Manifest, ...] = ()
     # A pod this session claimed whose claim was not recorded (the operator stopped in between): its pool and the
@@ -169,6 +170,7 @@ def observation(observed: Observed, config: OperatorConfig, **changes: Any) -> O
         "agentctl_port": config.agentctl_port,
         "spec_error": observed.spec_error,
         "probe_message": observed.probe_message,
+        "agent_error": observed.agent_error,
     }
     values.update(changes)
     return Observation(**values)

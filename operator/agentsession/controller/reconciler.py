@@ -63,6 +63,7 @@ from agentsession.controller.pool_builder import adopt_patch, claim_patch, stem_
 from agentsession.controller.rejections import Rejection, rejection
 from agentsession.controller.status_mapper import (
     agent_restart_count,
+    agent_unready_since,
     agentctl_restart_count,
     latest_readiness_failure,
     map_status,
@@ -225,6 +226,14 @@ class Reconciler:
             events = (await self._kube.list(EVENTS, namespace, field_selector=selector)).items
             failure = latest_readiness_failure(map(EventView, events), since)
             observed = replace(observed, probe_message=failure)
+        if pod is not None and token is not None and agent_unready_since(pod, session.status.acp) is not None:
+            # The agent runs, yet agentctl cannot talk to it: its last error says why.
+            try:
+                report = await self._agentctl(self._endpoint(pod), token).status()
+                observed = replace(observed, agent_error=report.last_error)
+            except AgentctlError as error:
+                self._refused_token(session, error)
+                log.warning("status of agentctl of %s/%s failed: %s", namespace, name, error)
         if pod is not None and token is not None and wants_activity(session, spec, pod, self._config):
             try:
                 activity = await self._agentctl(self._endpoint(pod), token).status()

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from agentsession.api.constants import AGENT_CONTAINER, AGENTCTL_CONTAINER
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import (
+    AcpStatus,
     AgentSessionStatus,
     Condition,
     ConditionStatus,
@@ -31,6 +32,11 @@ CONDITION_ORDER: tuple[ConditionType, ...] = (
     "Suspended",
     "Ready",
 )
+# The agent container runs but is not ready after its ACP session started: agentctl answers that readiness probe
+# (GET /health/agent) from its ACP connection, which it has lost (the agent's protocol died and the agent did not
+# exit when agentctl closed its input). Nothing fixes itself short of the agent answering again, so the session is
+# Failed until then, and agentctl's last error says why.
+AGENT_NOT_ANSWERING = "AgentNotAnswering"
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 # Waiting reasons that will not fix themselves without a change by the user.
 FAILED_REASONS = frozenset(
@@ -44,6 +50,7 @@ FAILED_REASONS = frozenset(
         "PodFailed",
         "Evicted",
         "DeadlineExceeded",
+        AGENT_NOT_ANSWERING,
         *REJECTED_REASONS,
     }
 )
@@ -83,6 +90,8 @@ class Observation:
     restart_pending: str | None = None
     # How the first pod came, when this reconcile decided it; otherwise the previous status says.
     start: StartupTimings | None = None
+    # agentctl's last error, read when the agent container stopped being ready after its session started.
+    agent_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,29 @@ def readiness_pending_since(pod: Manifest) -> str | None:
 
 def _pod_condition(pod: Manifest, kind: str) -> Manifest | None:
     return next((c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def agent_unready_since(pod: Manifest, acp: AcpStatus | None) -> str | None:
+    """When the running agent container stopped being ready, if that was after its ACP session started on this
+    pod (the pod's ContainersReady turned False since); None otherwise. Before the session starts, the agent is
+    not ready yet; that is no loss."""
+    agent = container_status(pod, AGENT_CONTAINER, init=False)
+    if agent is None or agent.get("ready") or "running" not in (agent.get("state") or {}):
+        return None
+    if pod["metadata"].get("deletionTimestamp"):
+        return None  # its containers are being stopped
+    if acp is None or acp.initializedTime is None or acp.podUID != pod["metadata"].get("uid"):
+        return None
+    condition = _pod_condition(pod, "ContainersReady")
+    since = _parse_time(condition.get("lastTransitionTime")) if condition else None
+    if (
+        condition is None
+        or condition.get("status") != "False"
+        or since is None
+        or since <= acp.initializedTime
+    ):
+        return None
+    return str(condition["lastTransitionTime"])
 
 
 def node_not_reporting(pod: Manifest) -> _State | None:
@@ -319,6 +351,15 @@ def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State)
             "AgentRestarted",
             f"the agent container restarted ({ended}restarts: {agent.get('restartCount', 0)}); "
             "resuming the ACP session",
+        )
+    since = agent_unready_since(pod, acp)
+    if since is not None:
+        why = f" ({termination_tail(obs.agent_error)})" if obs.agent_error else ""
+        return _State(
+            "False",
+            AGENT_NOT_ANSWERING,
+            f"the agent container runs, but agentctl has had no working ACP connection to it since {since}{why}; "
+            "the session resumes once the agent answers again, as it does after a restart of its container",
         )
     if acp.lastError:
         return _State("False", "InitializeFailed", acp.lastError)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shlex
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -38,6 +39,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
 FORGED = "words-the-user-never-wrote"
 PLANTED = "planted-profile-ran"
 MARK = "agent-was-here"
+CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 PROMPT = "hello from the user"
 # Every file a login shell (bash or sh) reads from HOME, planted in each place the agent can write that a HOME
 # might be: its own /tmp and HOME, and the workspace.
@@ -110,7 +112,8 @@ class Pod:
         await until("the first turn's end", ended)
 
     async def terminal(self, script: str, wait_s: float = 60.0) -> str:
-        """The human terminal's output for `script`, up to a marker that only its running prints."""
+        """The human terminal's output for `script`, up to a marker that only its running prints, as lines
+        without the terminal's control sequences."""
         output = ""
         async with self.agentctl() as agentctl, agentctl.shell() as shell:
             await shell.send_input(f"{script}\necho end-of-$((6 * 7))\n")
@@ -119,7 +122,7 @@ class Pod:
                     output += frame.data or ""
                     if "end-of-42" in output:
                         break
-        return output
+        return CONTROL.sub("", output).replace("\r", "")
 
 
 async def until(what: str, probe: Any, wait_s: float = 90.0) -> None:
@@ -136,6 +139,44 @@ async def until(what: str, probe: Any, wait_s: float = 90.0) -> None:
     pytest.fail(f"timed out after {wait_s:.0f}s waiting for {what}; last error: {last!r}", pytrace=False)
 
 
+# The module's own operator and namespaces: another run's operator serving the usual `t-*` ones, on a shared
+# cluster, would otherwise build these sessions' pods its way. Its scratch workspaces are small enough to fill.
+NAMESPACES = "pod-isolation-"
+WORKSPACE_LIMIT = "32Mi"
+FILL_MIB = 64
+
+
+@pytest.fixture(scope="module")
+def isolation_operator(
+    kubeconfig: str, crd_installed: list[str], project_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    settings = {
+        "image": project_image,
+        "image_pull_policy": "IfNotPresent",
+        "workspace_size_limit": WORKSPACE_LIMIT,
+    }
+    with operator_process(kubeconfig, log, namespaces=json.dumps([f"{NAMESPACES}*"]), **settings) as running:
+        yield running
+
+
+@pytest.fixture
+def sessions(kube_api: Any, request: pytest.FixtureRequest) -> Iterator[Sessions]:
+    """Sessions in a fresh namespace of the module's, Pod Security `restricted` enforced, deleted after."""
+    core = client.CoreV1Api(kube_api)
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).removeprefix("test-")[:30].strip("-")
+    namespace = f"{NAMESPACES}{base}-{uuid.uuid4().hex[:6]}"
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    core.create_namespace({"metadata": {"name": namespace, "labels": labels}})
+    try:
+        wait_until(
+            "the default service account", lambda: core.read_namespaced_service_account("default", namespace)
+        )
+        yield Sessions(kube_api, namespace)
+    finally:
+        core.delete_namespace(namespace)
+
+
 @pytest.fixture
 def pod_of(sessions: Sessions, kubectl: str, kubeconfig: str) -> Any:
     return lambda name: Pod(sessions, name, kubectl, kubeconfig)
@@ -150,7 +191,7 @@ async def suspend_and_resume(sessions: Sessions, name: str) -> None:
 
 
 async def test_the_agent_cannot_find_or_rewrite_the_history_users_read(
-    node_operator: OperatorProcess, sessions: Sessions, pod_of: Any
+    isolation_operator: OperatorProcess, sessions: Sessions, pod_of: Any
 ) -> None:
     sessions.create("forged", {"prompt": PROMPT})
     await sessions.until_ready("forged")
@@ -173,7 +214,7 @@ async def test_the_agent_cannot_find_or_rewrite_the_history_users_read(
 
 
 async def test_profiles_the_agent_plants_do_not_run_in_the_terminal_and_nothing_it_names_is_the_agents(
-    node_operator: OperatorProcess, sessions: Sessions, pod_of: Any
+    isolation_operator: OperatorProcess, sessions: Sessions, pod_of: Any
 ) -> None:
     sessions.create("planted", {})
     await sessions.until_ready("planted")
@@ -181,21 +222,15 @@ async def test_profiles_the_agent_plants_do_not_run_in_the_terminal_and_nothing_
     pod.agent(PLANT)
     opened = await pod.terminal('echo "HOME=$HOME"; env')
     print(f"\nthe terminal's first output:\n{opened}")
-    assert PLANTED not in opened.replace(f"echo {PLANTED}", "")
+    assert PLANTED not in opened
     assert "HOME=/var/lib/agentctl/home" in opened
 
     # Every directory the terminal's environment names (HOME, each PATH entry, any other absolute path) and its
     # /tmp: the agent writes a mark into each it can, and the terminal looks for the marks. The workspace is
     # shared on purpose and is the terminal's working directory, nothing more.
-    env = dict(
-        line.split("=", 1)
-        for line in opened.replace("\r", "").splitlines()
-        if "=" in line and " " not in line
-    )
-    places = {"/tmp", env["HOME"]}
-    for name, value in env.items():
-        if name not in ("PWD", "OLDPWD"):
-            places.update(part for part in value.split(":") if part.startswith("/"))
+    env = dict(line.split("=", 1) for line in opened.splitlines() if "=" in line and " " not in line)
+    places = {"/tmp", env["HOME"], *env["PATH"].split(":")}
+    places.update(v for n, v in env.items() if v.startswith("/") and n not in ("PWD", "OLDPWD", "PATH", "_"))
     places = {p for p in places if p != "/workspace" and not p.startswith("/workspace/")}
     mark = f"{MARK}-{uuid.uuid4().hex[:8]}"
     listing = " ".join(f"'{p}'" for p in sorted(places))
@@ -208,23 +243,26 @@ async def test_profiles_the_agent_plants_do_not_run_in_the_terminal_and_nothing_
 
 
 async def test_the_human_terminal_and_the_agent_both_edit_the_workspace(
-    node_operator: OperatorProcess, sessions: Sessions, pod_of: Any
+    isolation_operator: OperatorProcess, sessions: Sessions, pod_of: Any
 ) -> None:
     sessions.create("shared", {})
     await sessions.until_ready("shared")
     pod = pod_of("shared")
-    pod.agent("mkdir -p /workspace/src && echo agent > /workspace/src/file.txt")
+    # The agent runs under its wrapper's umask; an exec starts with the image's, so it takes the agent's.
+    umasks = pod.agent("for p in 1 $(cat /proc/1/task/1/children); do grep Umask /proc/$p/status; done")
+    assert umasks.split() == ["Umask:", "0002", "Umask:", "0002"], umasks
+    pod.agent("umask 002; mkdir -p /workspace/src && echo agent > /workspace/src/file.txt")
     edited = await pod.terminal(
         "echo human >> /workspace/src/file.txt && echo human > /workspace/src/new.txt && echo EDITED"
     )
-    assert "\nEDITED" in edited.replace("\r", "")
+    assert "\nEDITED\n" in edited, edited
     shown = pod.agent("cat /workspace/src/file.txt && echo agent-again >> /workspace/src/new.txt && echo OK")
     assert shown.split() == ["agent", "human", "OK"]
     assert "agent-again" in await pod.terminal("cat /workspace/src/new.txt")
 
 
 async def test_history_and_the_workspace_survive_a_new_pod_on_a_persistent_volume(
-    node_operator: OperatorProcess, sessions: Sessions, pod_of: Any
+    isolation_operator: OperatorProcess, sessions: Sessions, pod_of: Any
 ) -> None:
     sessions.create("kept", {"prompt": PROMPT, "workspace": {"size": "64Mi"}})
     await sessions.until_ready("kept")
@@ -245,7 +283,7 @@ async def test_history_and_the_workspace_survive_a_new_pod_on_a_persistent_volum
 
 
 async def test_a_claimed_warm_pod_keeps_its_history_out_of_the_agents_reach(
-    node_operator: OperatorProcess, sessions: Sessions, pod_of: Any, kube_api: Any
+    isolation_operator: OperatorProcess, sessions: Sessions, pod_of: Any, kube_api: Any
 ) -> None:
     pools = Pools(kube_api, sessions.namespace)
     template = {"agent": {"type": "demo"}, "workspace": {"size": "64Mi"}}
@@ -275,11 +313,11 @@ def _populate_old_layout(sessions: Sessions, claim: str, project_image: str) -> 
         {"seq": 2, "timestamp": "2026-01-01T00:00:01.000Z", "kind": "turn_end",
          "notification": {"sessionId": "old", "stopReason": "end_turn"}},
     ]  # fmt: skip
-    journal = "\\n".join(json.dumps(e, separators=(",", ":")) for e in entries)
+    journal = " ".join(shlex.quote(json.dumps(e, separators=(",", ":"))) for e in entries)
     script = (
         "set -e; umask 022; cd /volume; echo old work > README.md; mkdir -p .home src .agentctl; "
         "echo code > src/main.py; echo 'echo old-profile' > .home/.profile; "
-        f"printf '%s\\n' '{journal}' > .agentctl/history.jsonl; echo 0123456789abcdef > .agentctl/history.jsonl.id"
+        f"printf '%s\\n' {journal} > .agentctl/history.jsonl; echo 0123456789abcdef > .agentctl/history.jsonl.id"
     )
     security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
                 "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
@@ -309,7 +347,7 @@ def _populate_old_layout(sessions: Sessions, claim: str, project_image: str) -> 
 
 
 async def test_a_workspace_of_the_layout_before_is_moved_once_and_keeps_its_history(
-    node_operator: OperatorProcess, sessions: Sessions, pod_of: Any, project_image: str
+    isolation_operator: OperatorProcess, sessions: Sessions, pod_of: Any, project_image: str
 ) -> None:
     _populate_old_layout(sessions, "upgraded-workspace", project_image)
     sessions.create("upgraded", {"workspace": {"size": "64Mi"}, "prompt": PROMPT})
@@ -326,7 +364,7 @@ async def test_a_workspace_of_the_layout_before_is_moved_once_and_keeps_its_hist
     assert "old-profile" in pod.agent("sh -c '. \"$HOME/.profile\"'")
     # The terminal's user edits the files the one uid wrote before.
     edited = await pod.terminal("echo more >> /workspace/README.md && echo EDITED")
-    assert "\nEDITED" in edited.replace("\r", "")
+    assert "\nEDITED\n" in edited, edited
 
     # Moved once: a new pod finds the new layout and moves nothing again.
     await suspend_and_resume(sessions, "upgraded")
@@ -339,7 +377,7 @@ async def _turns_ended(pod: Pod, count: int) -> bool:
 
 
 async def test_a_session_asking_for_its_own_agentctl_image_is_refused_and_told_why(
-    node_operator: OperatorProcess, sessions: Sessions
+    isolation_operator: OperatorProcess, sessions: Sessions
 ) -> None:
     sessions.create("hostile", {"agentctl": {"image": "registry.example/answers-600MiB:1"}})
     refused = await asyncio.to_thread(
@@ -361,49 +399,23 @@ async def test_a_session_asking_for_its_own_agentctl_image_is_refused_and_told_w
     assert missing.value.status == 404
 
 
-DISK_NAMESPACES = "pod-isolation-disk-"
-
-
-@pytest.fixture
-def disk_sessions(kube_api: Any, crd_installed: list[str], project_image: str) -> Iterator[Sessions]:
-    """Sessions of an operator of their own, whose workspace bound is small enough to fill in a test, in a
-    namespace only it serves."""
-    core = client.CoreV1Api(kube_api)
-    namespace = f"{DISK_NAMESPACES}{uuid.uuid4().hex[:6]}"
-    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
-    core.create_namespace({"metadata": {"name": namespace, "labels": labels}})
-    try:
-        wait_until(
-            "the default service account", lambda: core.read_namespaced_service_account("default", namespace)
-        )
-        yield Sessions(kube_api, namespace)
-    finally:
-        core.delete_namespace(namespace)
-
-
 async def test_an_agent_that_fills_its_workspace_is_evicted_by_its_own_bound(
-    disk_sessions: Sessions, kubeconfig: str, kubectl: str, project_image: str, tmp_path: Path
+    isolation_operator: OperatorProcess, sessions: Sessions, pod_of: Any
 ) -> None:
-    settings = {
-        "namespaces": json.dumps([f"{DISK_NAMESPACES}*"]),
-        "image": project_image,
-        "image_pull_policy": "IfNotPresent",
-        "workspace_size_limit": "32Mi",
-    }
-    with operator_process(kubeconfig, tmp_path / "operator.log", **settings):
-        disk_sessions.create("filler", {})
-        await disk_sessions.until_ready("filler")
-        pod = Pod(disk_sessions, "filler", kubectl, kubeconfig)
-        pod_name = disk_sessions.pod("filler").metadata.name
-        written = pod.agent("dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>&1; true")
-        print(f"\nthe agent's write: {written.strip()}")
+    sessions.create("filler", {})
+    await sessions.until_ready("filler")
+    pod = pod_of("filler")
+    pod_name = sessions.pod("filler").metadata.name
+    written = pod.agent(f"dd if=/dev/zero of=/workspace/fill bs=1M count={FILL_MIB} 2>&1; true")
+    print(f"\nthe agent's write: {written.strip()}")
 
-        def evicted() -> Any:
-            events = disk_sessions.core.list_namespaced_event(
-                disk_sessions.namespace, field_selector=f"involvedObject.name={pod_name},reason=Evicted"
-            ).items
-            return events[0] if events else None
+    def evicted() -> Any:
+        events = sessions.core.list_namespaced_event(
+            sessions.namespace, field_selector=f"involvedObject.name={pod_name},reason=Evicted"
+        ).items
+        return events[0] if events else None
 
-        event = await asyncio.to_thread(wait_until, "the kubelet's eviction", evicted, 120)
-        print(f"the kubelet: {event.message}")
-        assert "workspace" in event.message
+    event = await asyncio.to_thread(wait_until, "the kubelet's eviction", evicted, 120)
+    print(f"the kubelet: {event.message}")
+    assert "workspace" in event.message
+    assert WORKSPACE_LIMIT in event.message

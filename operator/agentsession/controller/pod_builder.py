@@ -147,6 +147,10 @@ class SpecError(ValueError):
     """The spec cannot be turned into a pod; the message tells the user what to change."""
 
 
+class AgentctlImageRefused(SpecError):
+    """spec.agentctl.image names an image the operator does not allow."""
+
+
 def labels(session: SessionRef, component: str) -> dict[str, str]:
     return {
         LABEL_NAME: "agentsession",
@@ -314,7 +318,7 @@ def _agentctl_image(spec: AgentSessionSpec, config: OperatorConfig) -> str:
     asked = spec.agentctl.image if spec.agentctl else None
     if asked is None or asked == config.image or asked in config.agentctl_images:
         return asked or config.image
-    raise SpecError(
+    raise AgentctlImageRefused(
         f"spec.agentctl.image {asked!r} is not allowed: agentctl runs the operator's image; remove "
         "spec.agentctl.image, or ask the cluster's administrator to allow that image (operator setting "
         "agentctl_images, chart value operator.agentctlImages)"

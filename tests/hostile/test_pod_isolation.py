@@ -18,6 +18,7 @@ import json
 import re
 import shlex
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -272,6 +273,8 @@ async def test_history_and_the_workspace_survive_a_new_pod_on_a_persistent_volum
     pod.agent("echo work > /workspace/kept.txt")
     await pod.terminal("echo 'echo " + PLANTED + "' > ~/.bash_profile")  # the human's own profile, kept too
 
+    step = next(s for s in sessions.pod("kept").status.init_container_statuses if s.name == "layout")
+    print(f"\nthe layout step: {step.state.terminated.started_at} to {step.state.terminated.finished_at}")
     await suspend_and_resume(sessions, "kept")
     after = await pod.history()
     assert after.journal_id == before.journal_id
@@ -407,6 +410,7 @@ async def test_an_agent_that_fills_its_workspace_is_evicted_by_its_own_bound(
     pod = pod_of("filler")
     pod_name = sessions.pod("filler").metadata.name
     written = pod.agent(f"dd if=/dev/zero of=/workspace/fill bs=1M count={FILL_MIB} 2>&1; true")
+    wrote = time.monotonic()
     print(f"\nthe agent's write: {written.strip()}")
 
     def evicted() -> Any:
@@ -416,6 +420,6 @@ async def test_an_agent_that_fills_its_workspace_is_evicted_by_its_own_bound(
         return events[0] if events else None
 
     event = await asyncio.to_thread(wait_until, "the kubelet's eviction", evicted, 120)
-    print(f"the kubelet: {event.message}")
+    print(f"the kubelet, {time.monotonic() - wrote:.1f}s after the write: {event.message}")
     assert "workspace" in event.message
     assert WORKSPACE_LIMIT in event.message

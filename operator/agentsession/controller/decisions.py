@@ -308,7 +308,9 @@ def _refused_pod(observed: Observed, error: SpecError) -> list[Action]:
     pod = PodView(observed.pod) if observed.pod is not None else None
     if not isinstance(error, AgentctlImageRefused) or pod is None or pod.deleting:
         return []
-    return [DeletePod(pod.name, pod.uid, Event("Warning", "AgentctlImageRefused", f"{error}; deleting the pod"))]
+    return [
+        DeletePod(pod.name, pod.uid, Event("Warning", "AgentctlImageRefused", f"{error}; deleting the pod"))
+    ]
 
 
 def _outdated(pod: PodView, desired: Manifest) -> bool:

@@ -398,9 +398,10 @@ def _clone_container(spec: AgentSessionSpec, config: OperatorConfig, mount_path:
 
 # A persistent volume of the layout before (the workspace's files at its root, agentctl's state in `.agentctl`)
 # is moved into the layout once: everything at the root into the workspace directory, `.agentctl` into
-# agentctl's, all made group-writable (one uid wrote it all, with umask 022). The root is the agent's uid's
-# before and after, so the step runs as that uid. Each move is a rename on one filesystem, and a step cut short
-# finishes at the next start: the workspace directory appears last, whole. Its argument is the volume's root.
+# agentctl's, all made group-writable (one uid, the agent's, wrote it all with umask 022, so the step runs as that
+# uid: it owns what it moves and changes). Each move is a rename on one filesystem, and a step cut short finishes
+# at the next start: the workspace directory appears last, whole. On a new volume it makes both directories, the
+# agent's uid's, before the kubelet would make them root's for a mount. Its argument is the volume's root.
 LAYOUT_SCRIPT = f"""set -eu
 umask {SHARED_UMASK}
 cd "$1"

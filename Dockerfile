@@ -35,8 +35,10 @@ RUN set -eu; \
 # Final stage: the base plus the environment, running as an unprivileged user.
 FROM ${BASE_IMAGE}
 COPY --from=install /opt/agentsession /opt/agentsession
-# A named user for uid 65532: tools that ask for the user name (kopf's identity, shells) need one.
+# Named users for uid 65532 (the programs, and the agent in session pods) and 65533 (agentctl and its terminal in
+# session pods, in the first one's group): tools that ask for the user name (kopf's identity, shells) need one.
 RUN echo 'agentsession:x:65532:65532:agentsession:/tmp:/usr/sbin/nologin' >> /etc/passwd \
+    && echo 'agentctl:x:65533:65532:agentctl:/var/lib/agentctl/home:/usr/sbin/nologin' >> /etc/passwd \
     && echo 'agentsession:x:65532:' >> /etc/group
 ENV PATH=/opt/agentsession/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -233,7 +233,26 @@ def test_operator_env_is_a_valid_operator_config(
     assert config.namespaces == namespaces
     assert config.image == "agentsession:0.1.0"
     assert config.metrics_port == 8080
-    assert config.agentctl_resources.limits == {"cpu": "1", "memory": "256Mi"}
+    assert config.agentctl_resources.limits == {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "1Gi"}
+
+
+def test_session_pods_users_images_and_disk_bounds_come_from_the_values(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentsession.controller.config import OperatorConfig
+
+    defaults = _operator_config(one(render(), "Deployment", "-operator"), monkeypatch)
+    for field in ("run_as_user", "agentctl_run_as_user", "agentctl_images", "workspace_size_limit",
+                  "agentctl_resources", "agent_resources"):  # fmt: skip
+        assert getattr(defaults, field) == getattr(OperatorConfig.model_construct(), field), field
+    manifests = render(
+        set=["operator.sessionUsers.agent=1000", "operator.sessionUsers.agentctl=1001",
+             "operator.workspaceSizeLimit=3Gi", "operator.agentctlImages={registry.example/agentctl:2}"]
+    )  # fmt: skip
+    config = _operator_config(one(manifests, "Deployment", "-operator"), monkeypatch)
+    assert (config.run_as_user, config.agentctl_run_as_user) == (1000, 1001)
+    assert config.workspace_size_limit == "3Gi"
+    assert config.agentctl_images == ["registry.example/agentctl:2"]
 
 
 @pytest.mark.parametrize(
@@ -501,6 +520,8 @@ def test_helm_test_hook_checks_both_components(render: Render) -> None:
         "operator.logFormat=xml",
         "operator.replicas=-1",
         "operator.leaderElection.leaseDurationSeconds=1",
+        "operator.sessionUsers.agentctl=0",
+        "operator.workspaceSizeLimit=",
     ],
 )
 def test_schema_rejects_bad_values(helm: str, bad: str) -> None:

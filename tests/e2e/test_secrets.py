@@ -4,8 +4,8 @@ A session's agent gets a recognizable API key from a Secret (`spec.agent.credent
 keys), runs its initial prompt and one through the gateway (a permission answered, the shell used); then neither that
 key nor agentctl's token, nor their base64 forms, appears in the operator's log, the gateway's log, either
 container's log, the session's status, the namespace's Events, any message a gateway client received, or agentctl's
-journal (through the gateway and as files). The workspace shell, in agentctl's container, cannot read agentctl's
-environment. The agent container has the key and nothing of the token: not in its environment, not in the files it
+journal (through the gateway and as files, which only agentctl's container mounts). The workspace shell, in
+agentctl's container, cannot read agentctl's environment. The agent container has the key and nothing of the token: not in its environment, not in the files it
 shares with agentctl, not through agentctl's processes, which it cannot see; and neither container has a service
 account token.
 """
@@ -34,8 +34,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
 TASK_DIALECT = "task-session.v1"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # What the agent container can find: its environment, every process it can see, and every file in the volumes it
-# shares with agentctl (the workspace with agentctl's journal, /tmp, the FIFO directory; FIFOs themselves are not
-# read, which would block).
+# shares with agentctl (the workspace, the FIFO directory; FIFOs themselves are not read, which would block) and
+# its own /tmp.
 AGENT_LOOKS = f"""
 echo "== environment"; env
 echo "== processes"
@@ -165,8 +165,11 @@ async def test_neither_the_api_key_nor_the_agentctl_token_leaks(
     assert "/proc/1/environ: Permission denied" in shell_output
     assert "write it, with permission" in json.dumps(history)
     assert "agent_permission_resolved" in json.dumps(received)
-    journal = section(agent_sees, "files")
+    journal = run_in(kubectl, kubeconfig, pod, AGENTCTL_CONTAINER, "cat /var/lib/agentctl/state/*")
     assert "write it, with permission" in journal
+    shared = section(agent_sees, "files")
+    seen_files = [line for line in shared.splitlines() if line.startswith("-- /")]
+    assert not [f for f in seen_files if f.endswith(("/history.jsonl", "/state.json"))], seen_files
     # The key reaches the agent, where it belongs: the search finds it there.
     assert leaks({"the API key": key}, {"the agent's environment": section(agent_sees, "environment")})
 
@@ -183,7 +186,8 @@ async def test_neither_the_api_key_nor_the_agentctl_token_leaks(
         "the namespace's Events": json.dumps(events),
         "the gateway's messages": json.dumps(received),
         "agentctl's history": json.dumps(history),
-        "the files the agent shares with agentctl": journal,
+        "agentctl's journal": journal,
+        "the files the agent shares with agentctl": shared,
     }
     assert leaks({"the API key": key, "agentctl's token": token}, everywhere) == []
     inside = {"the agent's environment": section(agent_sees, "environment"),

@@ -112,7 +112,16 @@ CASES: list[Case] = [
     ),
     *(
         Case(f"mountPath={path}", {"workspace": {"emptyDir": True, "mountPath": path}}, "workspace.mountPath")
-        for path in ("/tmp", "/tmp/work", "/run/agentctl", "/", "/etc/agentsession/ca", "/proc", "relative")
+        for path in (
+            "/tmp",
+            "/tmp/work",
+            "/run/agentctl",
+            "/var/lib/agentctl",
+            "/",
+            "/etc/agentsession/ca",
+            "/proc",
+            "relative",
+        )
     ),
     *(
         Case(f"mountPath={path}", {"workspace": {"emptyDir": True, "mountPath": path}})

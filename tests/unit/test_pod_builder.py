@@ -303,10 +303,13 @@ def test_the_model_endpoint_reaches_each_agent_its_own_way() -> None:
     ]
 
 
-def test_workspace_ownership_is_the_agents_group() -> None:
-    security = pod_for({})["spec"]["securityContext"]
+def test_workspace_ownership_is_the_group_agent_and_agentctl_share() -> None:
+    pod = pod_for({})
+    security = pod["spec"]["securityContext"]
     assert security["fsGroup"] == 65532
     assert security["fsGroupChangePolicy"] == "OnRootMismatch"
+    for name in ("agent", "agentctl"):
+        assert container(pod, name)["securityContext"]["runAsGroup"] == 65532
 
 
 def test_configured_profiles_replace_only_the_fields_they_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,6 +325,10 @@ def test_configured_profiles_replace_only_the_fields_they_name(monkeypatch: pyte
     assert codex.state_dirs == ["CODEX_HOME"]
     assert config.agent_profiles["aider"].command == ["aider", "--acp"]
     assert config.agent_profiles["claude-code"].image == "agentsession-claude-code:dev"
+
+
+# The agent's default ephemeral-storage bounds, which every container has whatever the session leaves out.
+DISK = ({"ephemeral-storage": "256Mi"}, {"ephemeral-storage": "12Gi"})
 
 
 @pytest.mark.parametrize(
@@ -341,7 +348,7 @@ def test_defaults_never_make_requests_exceed_limits(
     resources: dict[str, Any], requests: dict[str, str], limits: dict[str, str]
 ) -> None:
     agent = container(pod_for({"agent": {"resources": resources}}), "agent")
-    assert agent["resources"] == {"requests": requests, "limits": limits}
+    assert agent["resources"] == {"requests": {**requests, **DISK[0]}, "limits": {**limits, **DISK[1]}}
     agentctl = container(pod_for({"agentctl": {"resources": resources}}), "agentctl")
     for name, quantity in agentctl["resources"].get("requests", {}).items():
         limit = agentctl["resources"].get("limits", {}).get(name)

@@ -30,7 +30,12 @@ from agentsession.controller.pod_builder import (
 )
 
 SESSION = SessionRef(namespace="team-a", name="fix-bug", uid="1234-uid", generation=3)
-CONFIG = OperatorConfig(image="agentsession:test", run_as_user=4242)
+CONFIG = OperatorConfig(
+    image="agentsession:test",
+    run_as_user=4242,
+    agentctl_run_as_user=4343,
+    agentctl_images=["example/agentctl:2"],
+)
 EVERYTHING: dict[str, Any] = {
     "agent": {
         "type": "custom",
@@ -117,10 +122,13 @@ def test_containers_run_unprivileged_on_a_read_only_root_with_writable_volumes(s
     for c in containers(pod):
         context = c["securityContext"]
         assert context["readOnlyRootFilesystem"] is True, c["name"]
-        assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (4242, 4242, True)
+        user = 4343 if c["name"] == "agentctl" else 4242
+        assert (context["runAsUser"], context["runAsGroup"], context["runAsNonRoot"]) == (user, 4242, True)
         assert context["seccompProfile"] == {"type": "RuntimeDefault"}
         writable = [m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")]
         assert all(m["name"] in volumes for m in c["volumeMounts"]), c["name"]
+        if c["name"] == "layout":
+            continue  # it runs one script in the volume, nothing that writes a dotfile
         # With a read-only root, HOME must be on a volume, or every tool that writes a dotfile fails.
         home = env_of(c)["HOME"]
         assert any(home == path or home.startswith(path.rstrip("/") + "/") for path in writable), (
@@ -134,9 +142,12 @@ def test_scratch_volumes_are_bounded() -> None:
     volumes = {v["name"]: v for v in pod_for({})["spec"]["volumes"]}
     assert volumes["tmp"]["emptyDir"] == {"sizeLimit": "1Gi"}
     assert parse_quantity(volumes["tmp"]["emptyDir"]["sizeLimit"]) == 2**30  # type: ignore[no-untyped-call]
+    assert volumes["agentctl-tmp"]["emptyDir"] == {"sizeLimit": "256Mi"}
     # The FIFO pair never touches a disk.
-    assert volumes["agentctl-fifo"]["emptyDir"]["medium"] == "Memory"
-    assert volumes["workspace"] == {"name": "workspace", "emptyDir": {}}
+    assert volumes["agentctl-fifo"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+    assert volumes["workspace"] == {"name": "workspace", "emptyDir": {"sizeLimit": "10Gi"}}
+    bounded = pod_for({}, CONFIG.model_copy(update={"workspace_size_limit": "3Gi"}))
+    assert {v["name"]: v for v in bounded["spec"]["volumes"]}["workspace"]["emptyDir"] == {"sizeLimit": "3Gi"}
 
 
 def test_agentctl_starts_with_arguments_agentctl_accepts(
@@ -151,6 +162,8 @@ def test_agentctl_starts_with_arguments_agentctl_accepts(
     config = parse_config(agentctl["args"])
     assert config.port == 9999
     assert config.workdir == workspace
+    assert config.state_dir == Path("/var/lib/agentctl/state")
+    assert config.shell_umask == 0o002
     assert config.agent_fifo_dir == Path("/run/agentctl")
     assert config.transport_name == "fifo"
     assert config.drain_timeout == 45
@@ -185,6 +198,13 @@ def test_agentctl_resources_are_the_sessions_with_the_operators_defaults_for_the
     }
     own = pod_for({"agentctl": {"resources": {"limits": {"cpu": "300m"}}}}, config)
     assert container(own, "agentctl")["resources"] == {"requests": {"cpu": "50m"}, "limits": {"cpu": "300m"}}
+    # With the default bounds, the disk's is kept whatever the session names.
+    assert container(pod_for({"agentctl": {"resources": {"limits": {"cpu": "300m"}}}}), "agentctl")[
+        "resources"
+    ] == {
+        "requests": {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "64Mi"},
+        "limits": {"cpu": "300m", "ephemeral-storage": "1Gi"},
+    }
 
 
 @pytest.mark.parametrize(
@@ -200,7 +220,15 @@ def test_default_limits_meet_the_sessions_requests(
     requests: dict[str, str], resources: dict[str, Any]
 ) -> None:
     pod = pod_for({"agent": {"resources": {"requests": requests}}})
-    assert container(pod, "agent")["resources"] == resources
+    assert container(pod, "agent")["resources"] == with_disk(resources)
+
+
+def with_disk(resources: dict[str, Any]) -> dict[str, Any]:
+    """`resources` and the agent's default ephemeral-storage bounds, which stay whatever the session names."""
+    return {
+        "requests": {**resources["requests"], "ephemeral-storage": "256Mi"},
+        "limits": {**resources["limits"], "ephemeral-storage": "12Gi"},
+    }
 
 
 @pytest.mark.parametrize(
@@ -218,7 +246,7 @@ def test_default_requests_stay_within_the_sessions_limits(
     limits: dict[str, str], resources: dict[str, Any]
 ) -> None:
     pod = pod_for({"agent": {"resources": {"limits": limits}}})
-    assert container(pod, "agent")["resources"] == resources
+    assert container(pod, "agent")["resources"] == with_disk(resources)
 
 
 def test_everything_the_session_asks_of_its_pod_is_there() -> None:
@@ -392,7 +420,9 @@ def test_the_clone_container_clones_the_ref_into_an_empty_workspace_once(
     assert clone["image"] == CONFIG.git_image
     assert clone["imagePullPolicy"] == CONFIG.image_pull_policy
     assert clone["resources"] == container(pod, "agentctl")["resources"]
-    assert {"name": "workspace", "mountPath": str(workspace)} in clone["volumeMounts"]
+    assert {"name": "workspace", "mountPath": str(workspace), "subPath": ".agentsession/workspace"} in clone[
+        "volumeMounts"
+    ]
     assert [c["name"] for c in pod["spec"]["initContainers"]] == ["clone", "agentctl"]
 
     first = _run_clone(pod, upstream, tmp_path)
@@ -514,7 +544,9 @@ def test_an_agent_without_model_wiring_ignores_a_model_endpoint() -> None:
 def test_equal_quantities_in_other_units_are_left_alone(
     resources: dict[str, Any], expected: dict[str, Any]
 ) -> None:
-    assert container(pod_for({"agent": {"resources": resources}}), "agent")["resources"] == expected
+    assert container(pod_for({"agent": {"resources": resources}}), "agent")["resources"] == with_disk(
+        expected
+    )
 
 
 def _quantities(node: Any, key: str = "") -> list[str]:

@@ -107,6 +107,18 @@ async def test_without_a_warm_pod_that_fits_the_session_starts_cold_and_says_why
     assert len(mismatched.members()) == 1, "the warm pod stays in the pool"
 
 
+async def test_a_session_asking_for_an_agentctl_image_not_allowed_claims_nothing_and_is_told_why() -> None:
+    world = PoolWorld()
+    await world.make_pool(replicas=1)
+    world.ready_all()
+    await world.apply(poolRef={"name": POOL}, agentctl={"image": "evil.example/agentctl:1"})
+    await world.reconcile()
+    assert world.reasons()["Ready"] == "InvalidSpec"
+    assert world.condition("Ready")["message"].startswith("spec.agentctl.image")  # type: ignore[index]
+    assert len(world.members()) == 1, "the warm pod stays in the pool"
+    assert world.kube.find("Pod", NS, f"{NAME}-agent") is None
+
+
 async def test_of_two_sessions_racing_for_the_last_pod_exactly_one_wins() -> None:
     world = PoolWorld()
     await world.make_pool(replicas=1)

@@ -717,6 +717,34 @@ async def test_a_spec_the_pod_builder_refuses_is_invalid_and_creates_no_pod() ->
     assert "spec.agent.image" in world.condition("Ready")["message"]  # type: ignore[index]
 
 
+async def test_a_pod_running_an_agentctl_image_no_longer_allowed_is_deleted_and_none_made() -> None:
+    world = World(agentctl_images=["registry.example/agentctl:2"])
+    await world.apply(agentctl={"image": "registry.example/agentctl:2"})
+    await world.reconcile()
+    world.kubelet.run()
+    await world.reconcile()
+    assert world.reasons()["Ready"] == "Ready"
+    # An operator that no longer allows the image: the pod that runs it goes, nothing replaces it, and no drain asks
+    # that agentctl anything.
+    world.reconciler = Reconciler(
+        OperatorConfig(image="agentsession:test"), world.kube, world.agentctls, world.pods_labelled,
+        clock=world.clock, new_token=lambda: "token-1",
+    )  # fmt: skip
+    world.agentctl.calls.clear()
+    await world.reconcile()
+    assert ("Warning", "AgentctlImageRefused") in world.events()
+    pod = world.kube.find("Pod", NS, POD)
+    assert pod is None or pod["metadata"].get("deletionTimestamp")
+    assert world.agentctl.calls == []
+    # Once the pod is gone (the next reconcile, as its deletion's watch event brings), the status says why.
+    await world.reconcile()
+    assert world.kube.find("Pod", NS, POD) is None
+    assert world.reasons()["Ready"] == "InvalidSpec"
+    message = world.condition("Ready")["message"]  # type: ignore[index]
+    assert message.startswith("spec.agentctl.image 'registry.example/agentctl:2' is not allowed")
+    assert world.events().count(("Warning", "AgentctlImageRefused")) == 1
+
+
 async def test_the_session_cwd_reaches_the_acp_start() -> None:
     world = World()
     await world.apply(cwd="/workspace/src")

@@ -57,6 +57,7 @@ class Config:
     log_format: str
     log_level: str
     child_env: dict[str, str]
+    shell_umask: int | None = None
 
     @property
     def transport_name(self) -> str:
@@ -80,7 +81,9 @@ class AgentctlSettings(BaseSettings):
     port: int = Field(default=AGENTCTL_PORT, ge=1, le=65535, description="Port to listen on.")
     workdir: Path = Field(default=Path("."), description="The workspace: the agent's working directory.")
     state_dir: Path | None = Field(
-        default=None, description="Where the journal and session state live; unset: WORKDIR/.agentctl."
+        default=None,
+        description="Where the journal and session state live, made private to agentctl's user; unset: "
+        "WORKDIR/.agentctl. In a pod, on storage the agent's container does not mount.",
     )
     agent_command: str | None = Field(
         default=None,
@@ -118,6 +121,12 @@ class AgentctlSettings(BaseSettings):
     max_body_bytes: int = Field(default=MAX_BODY_BYTES, description="Largest request body accepted.")
     shell: str | None = Field(
         default=None, description="Shell command of the terminal (PTY); unset: $SHELL -l, else bash or sh -l."
+    )
+    shell_umask: str | None = Field(
+        default=None,
+        pattern=r"^0?[0-7]{3}$",
+        description="File mode creation mask of the terminal, in octal (002: what it writes, the agent in its "
+        "group may edit); unset: agentctl's own.",
     )
     log_format: LogFormat = Field(default="text", description="`text` or `json` (one object per line).")
     log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")
@@ -175,6 +184,7 @@ def parse_config(argv: Sequence[str] | None = None) -> Config:
         drain_timeout=settings.drain_timeout,
         max_body_bytes=max(1024, settings.max_body_bytes),
         shell_command=tuple(shlex.split(settings.shell)) if settings.shell else _default_shell(),
+        shell_umask=int(settings.shell_umask, 8) if settings.shell_umask is not None else None,
         log_format=settings.log_format,
         log_level=settings.log_level,
         child_env=child_environment(os.environ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -105,7 +106,16 @@ async def serve_stop_requests(
     log.info("the pod is stopping: draining the agent")
     await drainer.drain(timeout_seconds)
     await bridge().stop()
-    stopped.touch()
+    say_stopped(stopped)
+
+
+def say_stopped(path: Path) -> None:
+    """Creates the STOPPED file without following a link: the directory is the agent's to write too."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+    except OSError as exc:
+        # The wrapper then waits out its own bound before it stops the agent.
+        log.warning("cannot write %s: %s", path, exc)
 
 
 def clear_stop_files(fifo_dir: Path) -> None:

@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "port": config.port,
             "transport": config.transport_name,
             "workdir": str(config.workdir),
+            "state_dir": str(config.state_dir),
         },
     )
     web.run_app(app, sock=sock, print=None, access_log=None, shutdown_timeout=5.0)

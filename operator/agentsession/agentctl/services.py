@@ -62,7 +62,8 @@ class Services:
 
     @classmethod
     def build(cls, config: Config) -> Services:
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        # agentctl's alone: in a pod the agent runs as another user, and never sees this directory anyway.
+        config.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         metrics = Metrics()
         journal = Journal(
             config.journal_path, on_skip=lambda reason: metrics.journal_lines_skipped.labels(reason).inc()
@@ -82,7 +83,7 @@ class Services:
         else:
             transport = SubprocessTransport(config.agent_command, config.workdir, config.child_env)
         store = SessionStore(config.session_state_path)
-        shell = ShellSession(config.shell_command, config.workdir, config.child_env)
+        shell = ShellSession(config.shell_command, config.workdir, config.child_env, umask=config.shell_umask)
         return cls(config, metrics, journal, hub, permissions, transport, store, shell)
 
     @property

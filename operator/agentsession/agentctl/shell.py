@@ -6,6 +6,7 @@ import asyncio
 import codecs
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import pty
@@ -24,16 +25,29 @@ BUFFER_BYTES = 16 * 1024
 QUEUE_LIMIT = 1000
 
 
-def _make_controlling_tty() -> None:
+def _prepare_child(umask: int | None) -> None:
     # Runs in the child after setsid(): stdin is the PTY slave, so job control and ^C work in the shell.
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    if umask is not None:
+        os.umask(umask)
+
+
+def terminal_home(env: dict[str, str], cwd: Path) -> Path:
+    """The shell's HOME, made if it is missing, private to agentctl's user: a login shell runs the profiles it
+    finds there, so nobody else may write it. An existing HOME is left as it is."""
+    home = Path(env.get("HOME") or cwd)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return home
 
 
 class ShellSession:
-    def __init__(self, command: tuple[str, ...], cwd: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, command: tuple[str, ...], cwd: Path, env: dict[str, str], *, umask: int | None = None
+    ) -> None:
         self._command = command
         self._cwd = cwd
         self._env = env
+        self._umask = umask
         self._proc: asyncio.subprocess.Process | None = None
         self._master: int | None = None
         self._ring = bytearray()
@@ -67,10 +81,10 @@ class ShellSession:
         async with self._lock:
             if self.running:
                 return
-            master, slave = pty.openpty()
             env = dict(self._env)
             env.setdefault("TERM", "xterm-256color")
-            env.setdefault("HOME", str(self._cwd))
+            env["HOME"] = str(terminal_home(env, self._cwd))
+            master, slave = pty.openpty()
             try:
                 self._proc = await asyncio.create_subprocess_exec(
                     *self._command,
@@ -80,7 +94,7 @@ class ShellSession:
                     cwd=self._cwd,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_make_controlling_tty,
+                    preexec_fn=functools.partial(_prepare_child, self._umask),
                 )
             except OSError:
                 os.close(master)

@@ -30,19 +30,34 @@ log = logging.getLogger(__name__)
 IN_NAME = "agent.in"
 OUT_NAME = "agent.out"
 POLL_SECONDS = 0.05
+FIFO_MODE = 0o660
 
 
 def ensure_fifos(directory: Path) -> tuple[Path, Path]:
-    """Create the FIFO pair if absent; the agent container's wrapper waits for them to exist."""
+    """Create the FIFO pair if absent; the agent container's wrapper waits for them to exist.
+
+    The agent runs as another user of agentctl's group, so the pair is group-readable and -writable whatever
+    agentctl's umask."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = (directory / IN_NAME, directory / OUT_NAME)
     for path in paths:
         try:
-            os.mkfifo(path, 0o660)
+            os.mkfifo(path, FIFO_MODE)
+            os.chmod(path, FIFO_MODE)
         except FileExistsError:
-            if not stat.S_ISFIFO(path.stat().st_mode):
+            if not stat.S_ISFIFO(path.lstat().st_mode):
                 raise ConnectionError(f"{path} exists and is not a FIFO") from None
     return paths
+
+
+def open_fifo(path: Path, flags: int) -> int:
+    """Opens one end of the pair, refusing anything but a FIFO: the directory is the agent's to write too, and a
+    symbolic link put in a FIFO's place would have agentctl read or write a file of the agent's choosing."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW)
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConnectionError(f"{path} is not a FIFO (replaced since agentctl made it)")
+    return fd
 
 
 class FifoTransport(AgentTransport):
@@ -70,11 +85,11 @@ class FifoTransport(AgentTransport):
 
     async def _open(self) -> tuple[int, int]:
         ensure_fifos(self._dir)
-        rfd = os.open(self._out_path, os.O_RDONLY | os.O_NONBLOCK)
+        rfd = open_fifo(self._out_path, os.O_RDONLY)
         try:
             while True:
                 try:
-                    return rfd, os.open(self._in_path, os.O_WRONLY | os.O_NONBLOCK)
+                    return rfd, open_fifo(self._in_path, os.O_WRONLY)
                 except OSError as exc:
                     if exc.errno != errno.ENXIO:
                         raise

@@ -38,6 +38,9 @@ AGENTCTL_CONTAINER: Final = "agentctl"
 AGENT_CONTAINER: Final = "agent"
 TOKEN_KEY: Final = "token"
 FIFO_DIR: Final = "/run/agentctl"
+# agentctl's own directory in a pod: its journal and session record, and the terminal's HOME. Only agentctl's
+# container mounts it.
+AGENTCTL_DIR: Final = "/var/lib/agentctl"
 # The stop handshake in FIFO_DIR: the agent container's wrapper asks, agentctl drains and answers.
 STOP_REQUEST_FILE: Final = "stop-requested"
 STOPPED_FILE: Final = "stopped"

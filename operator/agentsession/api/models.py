@@ -47,7 +47,9 @@ LABEL_KEY = (
 )
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 # Paths the operator mounts volumes of its own at: a workspace there would hide them (or they the workspace).
-RESERVED_MOUNT_PATHS = ("/", "/tmp", "/run/agentctl", "/etc/agentsession", "/proc", "/dev", "/sys")
+RESERVED_MOUNT_PATHS = (
+    "/", "/tmp", "/run/agentctl", "/var/lib/agentctl", "/etc/agentsession", "/proc", "/dev", "/sys"
+)  # fmt: skip
 # Arbitrary Kubernetes objects (affinity) are passed through to the Pod unchanged.
 KubeObject = dict[str, Any]
 

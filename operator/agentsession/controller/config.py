@@ -3,8 +3,10 @@ sets the variables."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
+from kubernetes.utils.quantity import parse_quantity
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings
@@ -14,6 +16,7 @@ from agentsession.api.models import CABundleSource, ObjectName
 from agentsession.settings import LogFormat, LogLevel, StrList, settings_config
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
 class _Settings(BaseModel):
@@ -128,13 +131,28 @@ class OperatorConfig(BaseSettings):
         description="Per agent type, fields that replace the built-in profile's (e.g. only `image`); "
         "a type with no built-in profile must give at least `command`.",
     )
+    # The kubelet evicts a pod whose emptyDirs and logs pass the sum of its containers' ephemeral-storage limits,
+    # so the agent's limit leaves room for a full scratch workspace (workspace_size_limit) and its /tmp.
     agentctl_resources: Resources = Field(
-        default=Resources(requests={"cpu": "50m", "memory": "64Mi"}, limits={"cpu": "1", "memory": "256Mi"}),
-        description="Requests and limits of agentctl and of the clone container, unless the session sets them.",
+        default=Resources(
+            requests={"cpu": "50m", "memory": "64Mi", EPHEMERAL_STORAGE: "64Mi"},
+            limits={"cpu": "1", "memory": "256Mi", EPHEMERAL_STORAGE: "1Gi"},
+        ),
+        description="Requests and limits of agentctl and of the pod's init containers (workspace layout, clone), "
+        "unless the session sets agentctl's; ephemeral-storage always has one.",
     )
     agent_resources: Resources = Field(
-        default=Resources(requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "2", "memory": "2Gi"}),
-        description="Requests and limits of the agent container, unless the session sets them.",
+        default=Resources(
+            requests={"cpu": "100m", "memory": "128Mi", EPHEMERAL_STORAGE: "256Mi"},
+            limits={"cpu": "2", "memory": "2Gi", EPHEMERAL_STORAGE: "12Gi"},
+        ),
+        description="Requests and limits of the agent container, unless the session sets them; "
+        "ephemeral-storage always has one.",
+    )
+    workspace_size_limit: str = Field(
+        default="10Gi",
+        description="Size limit of a scratch (emptyDir) workspace: the kubelet evicts the pod whose workspace "
+        "grows past it. A persistent workspace has its claim's size.",
     )
     git_image: str = Field(
         default="alpine/git:2.47.2", description="Image of the init container that clones."
@@ -145,7 +163,21 @@ class OperatorConfig(BaseSettings):
         "unless the session names its own.",
     )
     run_as_user: int = Field(
-        default=65532, ge=1, description="User and group id of the session pod's containers and volumes."
+        default=65532,
+        ge=1,
+        description="User id of the agent (and of the clone), and the group id of the pod's containers and "
+        "volumes, which the agent and agentctl share.",
+    )
+    agentctl_run_as_user: int = Field(
+        default=65533,
+        ge=1,
+        description="User id of agentctl and its terminal; not run_as_user, so the agent cannot reach "
+        "agentctl's journal or the terminal's HOME.",
+    )
+    agentctl_images: StrList = Field(
+        default_factory=list,
+        description="Images a session may name in spec.agentctl.image besides `image`; empty: none, a session "
+        "asking for another agentctl image is refused.",
     )
     start_timeout_seconds: float = Field(
         default=60.0, gt=0, description="Seconds each request to agentctl may take."
@@ -223,6 +255,26 @@ class OperatorConfig(BaseSettings):
             else:
                 merged[kind] = fields
         return merged
+
+    @field_validator("workspace_size_limit")
+    @classmethod
+    def _a_positive_quantity(cls, given: str) -> str:
+        try:
+            size: Decimal = parse_quantity(given)  # type: ignore[no-untyped-call]
+        except ValueError:
+            raise ValueError(f"{given!r} is not a quantity (e.g. 10Gi)") from None
+        if size <= 0:
+            raise ValueError(f"{given!r} is not a positive size")
+        return given
+
+    @model_validator(mode="after")
+    def _agentctl_apart(self) -> OperatorConfig:
+        if self.agentctl_run_as_user == self.run_as_user:
+            raise ValueError(
+                f"agentctl_run_as_user must differ from run_as_user ({self.run_as_user}): with one uid the "
+                "agent could rewrite agentctl's journal and the terminal's HOME"
+            )
+        return self
 
     @model_validator(mode="after")
     def _election_fits(self) -> OperatorConfig:

@@ -22,6 +22,7 @@ from agentsession.controller.durations import parse_duration
 from agentsession.controller.idle import seconds_until_idle
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
+    AgentctlImageRefused,
     SpecError,
     build_pod,
     build_token_secret,
@@ -202,7 +203,7 @@ def decide(observed: Observed, config: OperatorConfig, new_token: Callable[[], s
         if observed.spec_error is None:
             actions.extend(_pod_actions(observed, config))
     except SpecError as error:
-        return Plan(tuple(actions), spec_error=str(error))
+        return Plan((*actions, *_refused_pod(observed, error)), spec_error=str(error))
     idle_recheck: float | None = None
     # ACP starts, and idleness counts, only on a pod that this reconcile leaves in place.
     if not any(_touches_pod(a) for a in actions):
@@ -300,6 +301,18 @@ def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
             _delete(pod, "PodSpecChanged", "the session's pod template changed; replacing the pod"),
         ]
     return []
+
+
+def _refused_pod(observed: Observed, error: SpecError) -> list[Action]:
+    """A pod whose spec now names an agentctl image the operator does not allow (an older operator let it, or the
+    spec changed) does not go on answering the operator and the gateway: it is deleted, with no drain, since what
+    it would answer is not to be trusted."""
+    pod = PodView(observed.pod) if observed.pod is not None else None
+    if not isinstance(error, AgentctlImageRefused) or pod is None or pod.deleting:
+        return []
+    return [
+        DeletePod(pod.name, pod.uid, Event("Warning", "AgentctlImageRefused", f"{error}; deleting the pod"))
+    ]
 
 
 def _outdated(pod: PodView, desired: Manifest) -> bool:

@@ -3,6 +3,10 @@
 The Pod follows the restricted Pod Security Standard. agentctl runs as a native sidecar (an init container
 with restartPolicy Always) so the kubelet starts it first and reports its readiness probe; the agent's stdio
 is joined to agentctl by a FIFO pair in a shared in-memory emptyDir.
+
+The agent and agentctl run as different users of one group (the pod's fsGroup). The workspace volume holds two
+directories: the workspace, which both mount (and edit, each writing group-writable files), and agentctl's
+journal, session record and terminal HOME, which only agentctl mounts. Each has a /tmp of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from agentsession.agentctl_api import AGENT_HEALTH_PATH, AGENT_HEALTH_WAIT, HEAL
 from agentsession.api.constants import (
     AGENT_CONTAINER,
     AGENTCTL_CONTAINER,
+    AGENTCTL_DIR,
     DEFAULT_DRAIN_SECONDS,
     FIFO_DIR,
     LABEL_CLAIMED_FROM,
@@ -42,7 +47,7 @@ from agentsession.api.constants import (
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, CABundleSource, ResourceRequirements
 from agentsession.api.session_ref import SessionRef
-from agentsession.controller.config import AgentProfile, OperatorConfig, Resources
+from agentsession.controller.config import EPHEMERAL_STORAGE, AgentProfile, OperatorConfig, Resources
 from agentsession.controller.durations import parse_duration
 
 SPEC_HASH_ANNOTATION = "agentsession.dev/pod-spec-hash"
@@ -51,6 +56,20 @@ AGENT_OUT = f"{FIFO_DIR}/agent.out"
 WORKSPACE_VOLUME = "workspace"
 FIFO_VOLUME = "agentctl-fifo"
 TMP_VOLUME = "tmp"
+AGENTCTL_TMP_VOLUME = "agentctl-tmp"
+FIFO_SIZE = "1Mi"
+TMP_SIZE = "1Gi"
+AGENTCTL_TMP_SIZE = "256Mi"
+# The workspace volume's two directories: the workspace, and agentctl's, which the agent's container never mounts.
+LAYOUT_DIR = ".agentsession"
+WORKSPACE_SUBPATH = f"{LAYOUT_DIR}/workspace"
+AGENTCTL_SUBPATH = f"{LAYOUT_DIR}/agentctl"
+AGENTCTL_STATE_DIR = f"{AGENTCTL_DIR}/state"
+AGENTCTL_HOME = f"{AGENTCTL_DIR}/home"
+# Files the agent and the terminal write are group-writable, so each edits the other's.
+SHARED_UMASK = "002"
+LAYOUT_CONTAINER = "layout"
+VOLUME_ROOT = "/volume"
 CA_VOLUME = "ca-bundle"
 CA_DIR = "/etc/agentsession/ca"
 CA_FILE = f"{CA_DIR}/ca.crt"
@@ -82,6 +101,7 @@ def agent_wrapper(state_dirs: list[str], extra_ca: bool, drain_seconds: float) -
     """
     dirs = " ".join(f'"${name}"' for name in state_dirs)
     steps = [
+        f"umask {SHARED_UMASK}",
         "stopping=",
         "trap 'stopping=1' TERM INT",
         f"for d in {dirs}; do "
@@ -125,6 +145,10 @@ def drain_timeout(spec: AgentSessionSpec) -> float:
 
 class SpecError(ValueError):
     """The spec cannot be turned into a pod; the message tells the user what to change."""
+
+
+class AgentctlImageRefused(SpecError):
+    """spec.agentctl.image names an image the operator does not allow."""
 
 
 def labels(session: SessionRef, component: str) -> dict[str, str]:
@@ -175,8 +199,14 @@ def build_workspace_claim(session: SessionRef, spec: AgentSessionSpec) -> Manife
     }
 
 
+# Resources every container is bounded in, by the session's own values or else the operator's: the node's disk is
+# shared, and a pod with no ephemeral-storage limit may fill it and get other tenants' pods evicted.
+ALWAYS_BOUNDED = (EPHEMERAL_STORAGE,)
+
+
 def _resources(override: ResourceRequirements | None, default: Resources) -> Manifest:
-    """The session's requests and limits, the operator's defaults for the half it leaves out.
+    """The session's requests and limits, the operator's defaults for the half it leaves out, and for each of
+    ALWAYS_BOUNDED the session does not name.
 
     A default never makes a valid spec invalid: a default limit below the session's request rises to it, and a
     default request above the session's limit comes down to it."""
@@ -188,6 +218,12 @@ def _resources(override: ResourceRequirements | None, default: Resources) -> Man
         requests = {n: _at_most(q, limits.get(n)) for n, q in default.requests.items()}
     if limits is None and requests is not None:
         limits = {n: _at_least(q, requests.get(n)) for n, q in default.limits.items()}
+    requests, limits = requests or {}, limits or {}
+    for name in ALWAYS_BOUNDED:
+        if name not in limits and name in default.limits:
+            limits[name] = _at_least(default.limits[name], requests.get(name))
+        if name not in requests and name in default.requests:
+            requests[name] = _at_most(default.requests[name], limits.get(name))
     return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
 
 
@@ -214,13 +250,14 @@ def _at_most(default: str, ceiling: str | None) -> str:
     return ceiling if ceiling is not None and _compare(default, ceiling) == 1 else default
 
 
-def _container_security_context(config: OperatorConfig) -> Manifest:
+def _container_security_context(config: OperatorConfig, user: int) -> Manifest:
+    """Restricted, as `user`; the group is the one the agent and agentctl share (the workspace's)."""
     return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "readOnlyRootFilesystem": True,
         "runAsNonRoot": True,
-        "runAsUser": config.run_as_user,
+        "runAsUser": user,
         "runAsGroup": config.run_as_user,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
@@ -275,6 +312,19 @@ def _model_args(spec: AgentSessionSpec, profile: AgentProfile | None) -> list[st
     return args
 
 
+def _agentctl_image(spec: AgentSessionSpec, config: OperatorConfig) -> str:
+    """The operator's image, or one the operator allows: agentctl answers the operator and the gateway, so an
+    image of the tenant's choosing would decide what they read."""
+    asked = spec.agentctl.image if spec.agentctl else None
+    if asked is None or asked == config.image or asked in config.agentctl_images:
+        return asked or config.image
+    raise AgentctlImageRefused(
+        f"spec.agentctl.image {asked!r} is not allowed: agentctl runs the operator's image; remove "
+        "spec.agentctl.image, or ask the cluster's administrator to allow that image (operator setting "
+        "agentctl_images, chart value operator.agentctlImages)"
+    )
+
+
 def _ca_bundle(spec: AgentSessionSpec, config: OperatorConfig) -> CABundleSource | None:
     return spec.agent.caBundle or config.ca_bundle
 
@@ -317,16 +367,21 @@ def _env_from(spec: AgentSessionSpec) -> list[Manifest]:
     return sources
 
 
+def _workspace_mount(mount_path: str) -> Manifest:
+    return {"name": WORKSPACE_VOLUME, "mountPath": mount_path, "subPath": WORKSPACE_SUBPATH}
+
+
 def _clone_container(spec: AgentSessionSpec, config: OperatorConfig, mount_path: str) -> Manifest | None:
     workspace = spec.workspace
     if workspace is None or workspace.repository is None:
         return None
     repo = workspace.repository
     branch = f"--branch {shlex.quote(repo.ref)} " if repo.ref else ""
-    # Cloning only into an empty workspace keeps a resumed session's work untouched.
+    # Cloning only into an empty workspace keeps a resumed session's work untouched. The clone is the agent's,
+    # group-writable for the terminal.
     script = (
-        f"cd {shlex.quote(mount_path)} && if [ -e .git ]; then echo 'workspace already cloned'; "
-        f"else git clone --depth 1 {branch}{shlex.quote(repo.url)} .; fi"
+        f"umask {SHARED_UMASK} && cd {shlex.quote(mount_path)} && if [ -e .git ]; then "
+        f"echo 'workspace already cloned'; else git clone --depth 1 {branch}{shlex.quote(repo.url)} .; fi"
     )
     return {
         "name": "clone",
@@ -336,21 +391,64 @@ def _clone_container(spec: AgentSessionSpec, config: OperatorConfig, mount_path:
         "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "env": [{"name": "HOME", "value": "/tmp"}],
         "resources": _resources(None, config.agentctl_resources),
-        "securityContext": _container_security_context(config),
-        "volumeMounts": [
-            {"name": WORKSPACE_VOLUME, "mountPath": mount_path},
-            {"name": TMP_VOLUME, "mountPath": "/tmp"},
-        ],
+        "securityContext": _container_security_context(config, config.run_as_user),
+        "volumeMounts": [_workspace_mount(mount_path), {"name": TMP_VOLUME, "mountPath": "/tmp"}],
     }
 
 
-def _workspace_volume(session: SessionRef, spec: AgentSessionSpec) -> Manifest:
-    if spec.workspace is not None and spec.workspace.size is not None:
+# A persistent volume of the layout before (the workspace's files at its root, agentctl's state in `.agentctl`)
+# is moved into the layout once: everything at the root into the workspace directory, `.agentctl` into
+# agentctl's, all made group-writable (one uid, the agent's, wrote it all with umask 022, so the step runs as that
+# uid: it owns what it moves and changes). Each move is a rename on one filesystem, and a step cut short finishes
+# at the next start: the workspace directory appears last, whole. On a new volume it makes both directories, the
+# agent's uid's, before the kubelet would make them root's for a mount. Its argument is the volume's root.
+LAYOUT_SCRIPT = f"""set -eu
+umask {SHARED_UMASK}
+cd "$1"
+if [ ! -d {WORKSPACE_SUBPATH} ]; then
+  mkdir -p {LAYOUT_DIR}/moving
+  for entry in * .[!.]* ..?*; do
+    case "$entry" in {LAYOUT_DIR}|lost+found) continue ;; esac
+    if [ -e "$entry" ] || [ -L "$entry" ]; then
+      mv "$entry" {LAYOUT_DIR}/moving/ || echo "layout: cannot move $entry; it stays at the volume's root" >&2
+    fi
+  done
+  if [ -d {LAYOUT_DIR}/moving/.agentctl ] && [ ! -e {AGENTCTL_SUBPATH}/state ]; then
+    mkdir -p {AGENTCTL_SUBPATH}
+    mv {LAYOUT_DIR}/moving/.agentctl {AGENTCTL_SUBPATH}/state
+  fi
+  find {LAYOUT_DIR} -user "$(id -u)" \\( -type d -o -type f \\) -exec chmod g+rwX {{}} + ||
+    echo "layout: some files keep their modes; the terminal may not edit them" >&2
+  mv {LAYOUT_DIR}/moving {WORKSPACE_SUBPATH}
+  echo "layout: the volume's files are in {WORKSPACE_SUBPATH}"
+fi
+mkdir -p {AGENTCTL_SUBPATH}"""
+
+
+def _layout_container(config: OperatorConfig) -> Manifest:
+    return {
+        "name": LAYOUT_CONTAINER,
+        "image": config.image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": ["sh", "-c", LAYOUT_SCRIPT, LAYOUT_CONTAINER, VOLUME_ROOT],
+        "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
+        "resources": _resources(None, config.agentctl_resources),
+        "securityContext": _container_security_context(config, config.run_as_user),
+        "volumeMounts": [{"name": WORKSPACE_VOLUME, "mountPath": VOLUME_ROOT}],
+    }
+
+
+def _persistent(spec: AgentSessionSpec) -> bool:
+    return spec.workspace is not None and spec.workspace.size is not None
+
+
+def _workspace_volume(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfig) -> Manifest:
+    if _persistent(spec):
         return {
             "name": WORKSPACE_VOLUME,
             "persistentVolumeClaim": {"claimName": workspace_claim_name(session.children)},
         }
-    return {"name": WORKSPACE_VOLUME, "emptyDir": {}}
+    return {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": config.workspace_size_limit}}
 
 
 def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfig) -> Manifest:
@@ -359,14 +457,10 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
     profile = _profile(spec, config)
     ca_bundle = _ca_bundle(spec, config)
     agent_image, agent_argv = _agent_command(spec, profile, config)
-    agentctl_image = (spec.agentctl.image if spec.agentctl else None) or config.image
+    agentctl_image = _agentctl_image(spec, config)
     lifecycle = spec.lifecycle
     drain_seconds = drain_timeout(spec)
-    mounts = [
-        {"name": WORKSPACE_VOLUME, "mountPath": mount_path},
-        {"name": FIFO_VOLUME, "mountPath": FIFO_DIR},
-        {"name": TMP_VOLUME, "mountPath": "/tmp"},
-    ]
+    fifo_mount = {"name": FIFO_VOLUME, "mountPath": FIFO_DIR}
     agentctl = {
         "name": AGENTCTL_CONTAINER,
         "image": agentctl_image,
@@ -379,6 +473,10 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             str(config.agentctl_port),
             "--workdir",
             mount_path,
+            "--state-dir",
+            AGENTCTL_STATE_DIR,
+            "--shell-umask",
+            SHARED_UMASK,
             "--agent-fifo-dir",
             FIFO_DIR,
             "--drain-timeout",
@@ -393,7 +491,8 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
                     "secretKeyRef": {"name": token_secret_name(session.children), "key": TOKEN_KEY}
                 },
             },
-            {"name": "HOME", "value": "/tmp"},
+            # The terminal's: a login shell runs the profiles it finds there, so the agent must not reach it.
+            {"name": "HOME", "value": AGENTCTL_HOME},
         ],
         "ports": [{"name": "agentctl", "containerPort": config.agentctl_port, "protocol": "TCP"}],
         # No startup probe: the agent container starts beside agentctl (its wrapper waits for the FIFOs), and
@@ -403,10 +502,19 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "resources": _resources(
             spec.agentctl.resources if spec.agentctl else None, config.agentctl_resources
         ),
-        "securityContext": _container_security_context(config),
-        "volumeMounts": [dict(m) for m in mounts],
+        "securityContext": _container_security_context(config, config.agentctl_run_as_user),
+        "volumeMounts": [
+            _workspace_mount(mount_path),
+            {"name": WORKSPACE_VOLUME, "mountPath": AGENTCTL_DIR, "subPath": AGENTCTL_SUBPATH},
+            dict(fifo_mount),
+            {"name": AGENTCTL_TMP_VOLUME, "mountPath": "/tmp"},
+        ],
     }
-    agent_mounts: list[Manifest] = [dict(m) for m in mounts]
+    agent_mounts: list[Manifest] = [
+        _workspace_mount(mount_path),
+        dict(fifo_mount),
+        {"name": TMP_VOLUME, "mountPath": "/tmp"},
+    ]
     if ca_bundle is not None:
         agent_mounts.append({"name": CA_VOLUME, "mountPath": CA_DIR, "readOnly": True})
     wrapper = agent_wrapper(
@@ -423,7 +531,7 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "workingDir": spec.cwd or mount_path,
         "env": _agent_env(spec, profile, ca_bundle is not None, mount_path),
         "resources": _resources(spec.agent.resources, config.agent_resources),
-        "securityContext": _container_security_context(config),
+        "securityContext": _container_security_context(config, config.run_as_user),
         "volumeMounts": agent_mounts,
         # The agent is ready once it has answered ACP initialize, which agentctl sends as soon as both run; the
         # pod is then Ready when its agent can take a session. agentctl holds the probe up to AGENT_HEALTH_WAIT
@@ -441,7 +549,12 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         agent["envFrom"] = env_from
 
     template = spec.podTemplate
-    init_containers = [c for c in (_clone_container(spec, config, mount_path), agentctl) if c is not None]
+    # Only a persistent volume can hold the layout before, and only there must the layout be made before the
+    # kubelet makes the workspace's directory for a mount; an emptyDir starts empty every time.
+    layout = _layout_container(config) if _persistent(spec) else None
+    init_containers = [
+        c for c in (layout, _clone_container(spec, config, mount_path), agentctl) if c is not None
+    ]
     pod_spec: Manifest = {
         "restartPolicy": "Never" if lifecycle and lifecycle.restartPolicy == "Never" else "Always",
         "automountServiceAccountToken": False,
@@ -451,8 +564,9 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             "runAsNonRoot": True,
             "runAsUser": config.run_as_user,
             "runAsGroup": config.run_as_user,
-            # The workspace belongs to the agent's group (setgid, group-writable) where the volume type lets
-            # the kubelet change ownership; checking the root only keeps large workspaces fast to remount.
+            # The workspace belongs to the group the agent and agentctl share (setgid, group-writable) where the
+            # volume type lets the kubelet change ownership; checking the root only keeps large workspaces fast
+            # to remount.
             "fsGroup": config.run_as_user,
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
@@ -460,9 +574,10 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "initContainers": init_containers,
         "containers": [agent],
         "volumes": [
-            _workspace_volume(session, spec),
-            {"name": FIFO_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
-            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}},
+            _workspace_volume(session, spec, config),
+            {"name": FIFO_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": FIFO_SIZE}},
+            {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TMP_SIZE}},
+            {"name": AGENTCTL_TMP_VOLUME, "emptyDir": {"sizeLimit": AGENTCTL_TMP_SIZE}},
         ],
     }
     if ca_bundle is not None:

@@ -111,11 +111,15 @@ def claimable(pod: Manifest) -> bool:
 def claim_target(
     session: SessionRef, spec: AgentSessionSpec, pod: Manifest, config: OperatorConfig
 ) -> Manifest | None:
-    """The pod the session would run under the member's stem, if the member has its shape; else None."""
+    """The pod the session would run under the member's stem, if the member has its shape; else None, also when
+    the session's spec makes no pod (the session's own reconcile says why)."""
     stem = stem_of(pod)
-    desired = build_pod(
-        SessionRef(session.namespace, session.name, session.uid, session.generation, stem), spec, config
-    )
+    try:
+        desired = build_pod(
+            SessionRef(session.namespace, session.name, session.uid, session.generation, stem), spec, config
+        )
+    except SpecError:
+        return None
     return desired if shape_hash(desired) == PodView(pod).annotation(SHAPE_HASH_ANNOTATION) else None
 
 

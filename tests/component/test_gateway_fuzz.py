@@ -428,7 +428,8 @@ class Dialect:
                 message["type"] = draw(st.one_of(st.sampled_from(["response", "notification", "error"]),
                                                  NOT_A_STRING.filter(lambda v: v is not None)))  # fmt: skip
                 return self.probe(message, {"BAD_REQUEST"}, "envelope of another type")
-            message["payload"] = draw(NOT_A_STRING.filter(lambda v: v is not None))
+            # NOT_A_STRING holds objects too: a payload that is one is not this probe.
+            message["payload"] = draw(NOT_A_STRING.filter(lambda v: v is not None and not isinstance(v, dict)))
             return self.probe(message, {"VALIDATION_ERROR"}, "payload not an object")
 
         return build()
@@ -677,7 +678,7 @@ def _true(probe: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
 
 
 def slow_consumers(gateway: GatewayProcess) -> float:
-    with urllib.request.urlopen(gateway.http_url + "/metrics", timeout=10) as resp:
+    with urllib.request.urlopen(gateway.metrics_url, timeout=10) as resp:
         text = resp.read().decode()
     return sum(
         float(line.split()[-1])

@@ -429,7 +429,9 @@ class Dialect:
                                                  NOT_A_STRING.filter(lambda v: v is not None)))  # fmt: skip
                 return self.probe(message, {"BAD_REQUEST"}, "envelope of another type")
             # NOT_A_STRING holds objects too: a payload that is one is not this probe.
-            message["payload"] = draw(NOT_A_STRING.filter(lambda v: v is not None and not isinstance(v, dict)))
+            message["payload"] = draw(
+                NOT_A_STRING.filter(lambda v: v is not None and not isinstance(v, dict))
+            )
             return self.probe(message, {"VALIDATION_ERROR"}, "payload not an object")
 
         return build()

@@ -42,14 +42,13 @@ from agentsession.gateway.lifecycle_dialect import INBOUND
 from agentsession.gateway.server import MAX_CLIENT_FRAME
 from agentsession.gateway.task_dialect import ACTIONS
 from tests.component.conftest import TOKEN, Agentctl, wait_until
-from tests.support.fake_api import FakeApi
+from tests.support.fake_api import FakeApi, session_manifest
 from tests.support.gateway import Client, GatewayProcess, gateway_process
 
 LIFECYCLE = "agent-lifecycle.v1"
 TASK = "task-session.v1"
 NS = "fuzz"
 READY, STARTING, ASLEEP = f"{NS}/ready", f"{NS}/starting", f"{NS}/asleep"
-T = "2026-01-01T00:00:00Z"
 ANSWER_WAIT = 15.0
 EXAMPLES = 200  # per dialect; each is one request and its answer on loopback
 # The bystander asks this often, and each answer must come within the bound, whatever the others send.
@@ -71,26 +70,7 @@ LIFECYCLE_ANSWERS = {"ack", "pong", "session_state", "agent_initialized", "error
 
 def session(name: str, *, ready: bool = False, suspend: bool = False, endpoint: str | None = None,
             title: str | None = None) -> dict[str, Any]:  # fmt: skip
-    def condition(kind: str, true: bool, reason: str) -> dict[str, Any]:
-        return {"type": kind, "status": str(true), "reason": reason, "message": "", "lastTransitionTime": T}
-
-    reason = "Ready" if ready else "Suspended" if suspend else "PodInitializing"
-    status: dict[str, Any] = {
-        "phase": "Ready" if ready else "Suspended" if suspend else "Starting",
-        "conditions": [
-            condition(kind, ready, reason) for kind in ("AgentctlReady", "AgentInitialized", "Ready")
-        ]
-        + [condition("Suspended", suspend, "Suspended" if suspend else "Running")],
-    }
-    if endpoint:
-        status |= {"agentctlEndpoint": endpoint, "podIP": "127.0.0.1", "podUID": f"pod-{name}"}
-    return {
-        "apiVersion": "agentsession.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"namespace": NS, "name": name, "uid": f"uid-{name}", "creationTimestamp": T},
-        "spec": {"agent": {"type": "demo"}, "suspend": suspend, "title": title or name},
-        "status": status,
-    }
+    return session_manifest(NS, name, ready=ready, suspend=suspend, endpoint=endpoint, title=title)
 
 
 @dataclass

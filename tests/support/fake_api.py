@@ -26,6 +26,44 @@ from agentsession.api.constants import GROUP, PLURAL, VERSION
 Manifest = dict[str, Any]
 Key = tuple[str, str]
 SESSIONS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+CREATED = "2026-01-01T00:00:00Z"
+
+
+def session_manifest(namespace: str, name: str, *, ready: bool = False, suspend: bool = False,
+                     endpoint: str | None = None, title: str | None = None) -> Manifest:  # fmt: skip
+    """An AgentSession as the operator leaves it: Ready (with its agentctl at `endpoint`), suspended, or starting."""
+
+    def condition(kind: str, true: bool, reason: str) -> Manifest:
+        return {
+            "type": kind,
+            "status": str(true),
+            "reason": reason,
+            "message": "",
+            "lastTransitionTime": CREATED,
+        }
+
+    reason = "Ready" if ready else "Suspended" if suspend else "PodInitializing"
+    status: Manifest = {
+        "phase": "Ready" if ready else "Suspended" if suspend else "Starting",
+        "conditions": [
+            condition(kind, ready, reason) for kind in ("AgentctlReady", "AgentInitialized", "Ready")
+        ]
+        + [condition("Suspended", suspend, "Suspended" if suspend else "Running")],
+    }
+    if endpoint:
+        status |= {"agentctlEndpoint": endpoint, "podIP": "127.0.0.1", "podUID": f"pod-{name}"}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "AgentSession",
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "uid": f"uid-{name}",
+            "creationTimestamp": CREATED,
+        },
+        "spec": {"agent": {"type": "demo"}, "suspend": suspend, "title": title or name},
+        "status": status,
+    }
 
 
 def _key(obj: Manifest) -> Key:

@@ -7,7 +7,8 @@ Each test sends one attack and shows the bound: a cross-site handshake refused, 
 bounded number of reviews, a connection whose token or access was revoked closed within the re-check interval
 with nothing after, a scoped token not inheriting the unscoped one's access, resourceNames granting one session,
 no token taken from the URL, no /metrics on the clients' port, client errors without internals, connections of
-one user bounded, and the kubectl plugin presenting a token for the gateway alone. Figures go to stdout (`-s`).
+one user bounded, the kubectl plugin presenting a token for the gateway alone, and the web console signing in
+again when its token is revoked. Figures go to stdout (`-s`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pytest
 from agentsession.api.constants import TOKEN_KEY, token_secret_name
 from agentsession.gateway.connection import CLOSE_FORBIDDEN, CLOSE_TOO_MANY_CONNECTIONS, CLOSE_UNAUTHORIZED
 from tests.component.conftest import TOKEN, Agentctl, wait_until
+from tests.conftest import require_tool
 from tests.support.fake_api import FakeApi, User, session_manifest
 from tests.support.gateway import Client, GatewayProcess, gateway_process
 from tests.support.plugin import PLUGIN_SOURCE
@@ -506,3 +508,35 @@ async def test_the_plugin_presents_a_token_for_the_gateway_alone(stage: Stage) -
     assert cleartext.returncode == 1, cleartext
     assert "is not encrypted" in cleartext.stderr
     assert "--insecure" in cleartext.stderr
+
+
+# ---------------------------------------------------------------- the web console
+
+
+async def test_the_console_signs_in_again_when_its_token_is_revoked(stage: Stage) -> None:
+    """The console's page is the gateway's own origin, so its WebSocket passes the Origin check; once its token is
+    revoked, the gateway closes it (4001) and the page, instead of reconnecting with a dead token, shows the
+    sign-in form with the gateway's reason."""
+    chromium = require_tool("chromium")
+    from playwright.async_api import async_playwright
+
+    token = stage.token(CAROL)
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=chromium)
+        try:
+            page = await browser.new_page()
+            problems: list[str] = []
+            page.on("pageerror", lambda exc: problems.append(str(exc)))
+            await page.goto(f"{stage.gateway.http_url}/")
+            await page.fill("#token", token)
+            await page.press("#token", "Enter")
+            await page.wait_for_function("document.getElementById('connection').textContent === 'Connected'")
+            stage.api.auth.revoke(token)
+            await page.wait_for_selector("#view-sign-in:not([hidden])", timeout=(CLOSE_WITHIN + 5) * 1000)
+            assert (
+                await page.text_content("#sign-in-error")
+                == "the bearer token was rejected by the Kubernetes API server"
+            )
+            assert problems == []
+        finally:
+            await browser.close()

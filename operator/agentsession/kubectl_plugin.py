@@ -550,6 +550,10 @@ class TaskClient:
                     )
                 elif frame.get("type") == "notification":
                     self.inbox.put_nowait(("notification", frame))
+                elif frame.get("type") == "error":
+                    # An error of no request: why the gateway is ending the connection (a token revoked or expired).
+                    error = frame.get("payload") or {}
+                    reason = f"the gateway ended the connection: {error.get('code')}: {error.get('message')}"
             if self.ws.close_code not in (None, aiohttp.WSCloseCode.OK):
                 reason += f" (code {self.ws.close_code})"
         finally:

@@ -9,6 +9,7 @@ import io
 import sys
 from typing import Any
 
+import aiohttp
 import pytest
 
 from agentsession import kubectl_plugin as plugin
@@ -322,3 +323,29 @@ async def test_a_plain_ws_gateway_elsewhere_is_refused_before_any_token_is_made(
             pass
     assert not cluster.requested
     assert not cluster.own_token_read
+
+
+async def test_the_gateways_reason_for_ending_the_connection_is_said() -> None:
+    """A revoked or expired token: the gateway sends a typed error, then closes; the person reads the error."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def ending(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        error = {"code": "UNAUTHORIZED", "message": "your token expired; connect again with a new one"}
+        await ws.send_json({"id": "x", "type": "error", "action": "", "payload": error})
+        await ws.close(code=4001, message=b"token expired")
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", ending)
+    async with TestServer(app) as server, aiohttp.ClientSession() as http:
+        inbox: asyncio.Queue[plugin.Event] = asyncio.Queue()
+        client = plugin.TaskClient(await http.ws_connect(server.make_url("/ws")), inbox)
+        assert await asyncio.wait_for(inbox.get(), 10) == (
+            "closed",
+            "the gateway ended the connection: UNAUTHORIZED: your token expired; connect again with a new one "
+            "(code 4001)",
+        )
+        await client.close()

@@ -274,3 +274,93 @@ async def test_access_answers_are_kept_per_subject_and_per_session() -> None:
     assert sars[1]["extra"] == {"scopes": ["view"]}
     await auth.allowed(unscoped, "team", "update", "other")
     assert len(kube.reviews) == 4, "another session is another question"
+
+
+class GuardedConnection:
+    """What the guard sees of a connection: its identity, the namespaces it sees, and how it is ended."""
+
+    def __init__(self, namespaces: list[str]) -> None:
+        self.identity = Identity("bob", "uid-bob")
+        self.closed = False
+        self.ended: tuple[str, str, int] | None = None
+        self._namespaces = namespaces
+
+    def namespaces_seen(self) -> list[str]:
+        return self._namespaces
+
+    def shut(self, failure: Any, code: int, reason: str) -> None:
+        self.closed = True
+        self.ended = (failure.code, failure.message, code)
+
+
+class ScriptedAuth:
+    """Answers the guard's re-checks from a script: one token answer (an Identity or an AuthError) per round."""
+
+    def __init__(self, rounds: list[Identity | AuthError], access: bool | None = True) -> None:
+        self.rounds = rounds
+        self.access = access
+        self.asked: list[tuple[str, str, str]] = []
+
+    async def authenticate(self, token: str, peer: str | None = None, *, fresh: bool = False) -> Identity:
+        assert fresh, "a re-check must ask the API server, not the cache"
+        answer = self.rounds.pop(0)
+        if isinstance(answer, AuthError):
+            raise answer
+        return answer
+
+    async def review_access(self, identity: Identity, namespace: str, verb: str, name: str = "", *,
+                            fresh: bool = False) -> bool | None:  # fmt: skip
+        assert fresh
+        self.asked.append((namespace, verb, name))
+        return self.access
+
+
+async def run_guard(conn: GuardedConnection, auth: ScriptedAuth, token: str, interval: float,
+                    shells: list[tuple[str, str]] | None = None) -> None:  # fmt: skip
+    from agentsession.gateway.access_guard import guard
+
+    await asyncio.wait_for(guard(conn, auth, token, interval, lambda: shells or []), 10)  # type: ignore[arg-type]
+
+
+async def test_a_connection_outlives_an_api_server_that_cannot_answer_but_not_a_refusal() -> None:
+    from agentsession.gateway.connection import CLOSE_UNAUTHORIZED
+
+    conn = GuardedConnection(["team"])
+    bob = conn.identity
+    unavailable = AuthError(503, "unavailable", "cannot verify tokens right now; retry later")
+    refused = AuthError(401, "unauthorized", "rejected")
+    auth = ScriptedAuth([bob, unavailable, bob, refused])
+    await run_guard(conn, auth, "opaque-token", 0.01)
+    assert auth.rounds == [], "the connection did not outlive the unanswered check"
+    assert conn.ended is not None
+    assert conn.ended[0] == "unauthorized"
+    assert conn.ended[2] == CLOSE_UNAUTHORIZED
+
+
+async def test_access_is_asked_again_for_what_the_connection_receives() -> None:
+    from agentsession.gateway.connection import CLOSE_FORBIDDEN
+
+    conn = GuardedConnection(["team", "ops"])
+    auth = ScriptedAuth([conn.identity], access=False)
+    await run_guard(conn, auth, "opaque-token", 0.01, shells=[("team", "ready")])
+    assert auth.asked == [("team", "get", "")], "the first refusal ends it"
+    assert conn.ended == ("forbidden", "you may no longer get agentsessions in namespace team; connect again to "
+                          "see what you may", CLOSE_FORBIDDEN)  # fmt: skip
+    conn = GuardedConnection(["team"])
+    auth = ScriptedAuth([conn.identity, conn.identity], access=None)  # the API server cannot answer: kept
+    auth.rounds.append(Identity("mallory"))
+    await run_guard(conn, auth, "opaque-token", 0.01, shells=[("team", "ready")])
+    assert auth.asked == [("team", "get", ""), ("team", "update", "ready")] * 2
+    assert conn.ended is not None
+    assert conn.ended[1] == "your token now stands for another user; connect again"
+
+
+async def test_a_connection_ends_at_its_tokens_expiry_whatever_the_interval() -> None:
+    import time
+
+    conn = GuardedConnection([])
+    expires = time.time() + 0.5
+    await run_guard(conn, ScriptedAuth([]), jwt({"exp": expires}), interval=3600)
+    assert time.time() >= expires
+    assert conn.ended is not None
+    assert conn.ended[1] == "your token expired; connect again with a new one"

@@ -16,6 +16,8 @@ import random
 import time
 from collections.abc import Callable, Iterable
 
+from aiohttp import WSCloseCode
+
 from agentsession.gateway import metrics
 from agentsession.gateway.auth import Authenticator, AuthError, token_expiry
 from agentsession.gateway.connection import CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, Connection
@@ -45,7 +47,17 @@ async def guard(
         if expires is not None and time.time() >= expires:
             _end(conn, "expired", ErrorCode.UNAUTHORIZED, "your token expired; connect again with a new one")
             return
-        if not await _still_holds(conn, auth, token, list(shells())):
+        try:
+            holds = await _still_holds(conn, auth, token, list(shells()))
+        except Exception:
+            # Access that cannot be checked is not kept: the client reconnects and is checked from the start.
+            log.exception("cannot check an open connection's access again")
+            failure = Failure(
+                ErrorCode.INTERNAL_ERROR, "the gateway could not check your access again; reconnect"
+            )
+            conn.shut(failure, WSCloseCode.INTERNAL_ERROR, "internal error")
+            return
+        if not holds:
             return
 
 

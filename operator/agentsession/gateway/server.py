@@ -170,17 +170,21 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
     metrics.CONNECTIONS.labels(dialect).inc()
     conn.start()
     users = app[USERS]
-    # Checked and counted with no await between: concurrent handshakes of one user cannot all pass.
-    counted = config.insecure_dev_mode or users[identity.username] < config.max_connections_per_user
+    # Dev mode has one identity for everyone: no bound per user. Checked and counted with no await between, so
+    # concurrent handshakes of one user cannot all pass.
+    limited = not config.insecure_dev_mode
+    over = limited and users[identity.username] >= config.max_connections_per_user
+    counted = limited and not over
     if counted:
         users[identity.username] += 1
     try:
-        if not counted:
+        if over:
+            # Nothing else reads this socket: the close below waits for the client's answer to the close frame,
+            # reading (and dropping) whatever it sent first, so the client gets the error and the code.
             conn.shut(_too_many_connections(config.max_connections_per_user), CLOSE_TOO_MANY_CONNECTIONS,
                       "too many connections")  # fmt: skip
-            await _serve(conn, app[SERVICE], 0)
             return ws
-        if token is not None and not config.insecure_dev_mode:
+        if token is not None and limited:
             shells = registry.shells_of
             conn.spawn(
                 guard(conn, app[AUTH], token, config.auth_recheck_interval, lambda: shells(conn)), "guard"
@@ -197,7 +201,7 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
             conn.send_frame(hello, label="hello")
         await _serve(conn, app[SERVICE], config.max_requests_in_flight)
     finally:
-        if counted and not config.insecure_dev_mode:
+        if counted:
             users[identity.username] -= 1
             if not users[identity.username]:
                 del users[identity.username]

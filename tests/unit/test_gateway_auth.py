@@ -58,6 +58,8 @@ def test_listed_origins_are_compared_normalized() -> None:
     assert normalize_origin("http://console.example:8080/") == "http://console.example:8080"
     assert normalize_origin("https://console.example/path") is None
     assert normalize_origin("null") is None
+    with pytest.raises(ValueError, match=r"'https://console\.example/app' is not an origin"):
+        GatewayConfig(allowed_origins=["https://console.example/app"])
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
         "namespaces": ("a,b", ["a", "b"]),
         "insecure_dev_mode": ("true", True),
         "allowed_origins": (
-            "https://a.example,http://b.example:8080",
+            "https://A.example:443,http://b.example:8080",
             ["https://a.example", "http://b.example:8080"],
         ),
         "dev_warning_interval": ("5", 5.0),

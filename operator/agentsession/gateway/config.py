@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Sequence
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
+from agentsession.gateway.origin import is_loopback, normalize_origin
 from agentsession.settings import LogFormat, LogLevel, StrList, load, settings_config
-
-LOOPBACK_NAMES = ("localhost", "localhost.")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (a name or an address, IPv6 in brackets or not) is this machine's loopback."""
-    name = host.strip().lower().removeprefix("[").removesuffix("]")
-    if name in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 class GatewayConfig(BaseSettings):
@@ -133,6 +120,19 @@ class GatewayConfig(BaseSettings):
         le=65535,
         description="Reach every agentctl at this port instead of the session's (local testing).",
     )
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, values: list[str]) -> list[str]:
+        normalized = []
+        for value in values:
+            origin = normalize_origin(value)
+            if origin is None:
+                raise ValueError(
+                    f"{value!r} is not an origin: give scheme://host[:port], e.g. https://console.example"
+                )
+            normalized.append(origin)
+        return normalized
 
     @model_validator(mode="after")
     def _dev_mode_on_loopback(self) -> Self:

@@ -10,11 +10,23 @@ origin by that test, which is why dev mode also answers loopback Host names only
 
 from __future__ import annotations
 
+import ipaddress
+
 from yarl import URL
 
-from agentsession.gateway.config import is_loopback
-
 DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+LOOPBACK_NAMES = ("localhost", "localhost.")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 in brackets or not) is this machine's loopback."""
+    name = host.strip().lower().removeprefix("[").removesuffix("]")
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def _host_and_port(host_header: str) -> tuple[str, int | None] | None:

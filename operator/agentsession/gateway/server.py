@@ -31,7 +31,7 @@ from agentsession.gateway.config import GatewayConfig
 from agentsession.gateway.connection import CLOSE_TOO_MANY_CONNECTIONS, Connection
 from agentsession.gateway.events import ErrorCode, Failure
 from agentsession.gateway.lifecycle_dialect import LifecycleCodec
-from agentsession.gateway.origin import loopback_host, normalize_origin, origin_allowed
+from agentsession.gateway.origin import loopback_host, origin_allowed
 from agentsession.gateway.service import Service
 from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.gateway.watch_cache import SessionCache
@@ -291,7 +291,7 @@ async def _dev_mode_nagger(interval: float) -> None:
 def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Application:
     app = web.Application(middlewares=[loopback_hosts_only] if config.insecure_dev_mode else [])
     app[CONFIG] = config
-    app[ORIGINS] = frozenset(filter(None, (normalize_origin(o) for o in config.allowed_origins)))
+    app[ORIGINS] = frozenset(config.allowed_origins)  # normalized by the settings
     app[USERS] = Counter()
     app.router.add_get("/ws", ws_handler)
     app.router.add_get("/healthz", healthz)

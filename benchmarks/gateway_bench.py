@@ -65,6 +65,7 @@ async def _change(api: FakeApi, change: int, sent_at: dict[int, float]) -> None:
 def _spawn_gateway(port: int, kubeconfig: Path, log: Any) -> subprocess.Popen[bytes]:
     command = [str(BIN / "agentsession-gateway"), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--kubeconfig", str(kubeconfig), "--insecure-dev-mode", "--log-level", "ERROR"]
+    command += ["--metrics-port", "0"]  # nothing here scrapes it, and runs side by side would share its port
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
 
 

@@ -224,7 +224,9 @@ PY
   sleep 0.5
 done
 if [ -z "$url" ]; then
-  # Without kubelet port-forwarding, the Service's cluster IP still answers from a node of the local cluster.
+  # Without kubelet port-forwarding, the Service's cluster IP still answers from a node of the local cluster
+  # (not in dev mode: the gateway then listens on its pod's loopback only).
+  [ "${DEMO_DEV_MODE:-0}" = 1 ] && die "port-forward to the gateway failed: $(tail -n1 "$pf_log")"
   kill "$pf_pid" 2>/dev/null || true
   pf_pid=""
   ip="$(kubectl -n "$RELEASE_NS" get svc "$gateway_svc" -o jsonpath='{.spec.clusterIP}')"
@@ -241,7 +243,8 @@ else
   kubectl -n "$DEMO_NS" create serviceaccount demo-client --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$DEMO_NS" create rolebinding demo-client --clusterrole="$RELEASE-edit" \
     --serviceaccount="$DEMO_NS:demo-client" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  AGENTSESSION_TOKEN="$(kubectl -n "$DEMO_NS" create token demo-client --duration=10m)"
+  # A token for the gateway alone (the chart's default audience): it opens nothing else of the API.
+  AGENTSESSION_TOKEN="$(kubectl -n "$DEMO_NS" create token demo-client --duration=10m --audience agentsession-gateway)"
   export AGENTSESSION_TOKEN
   say "connecting to $url as system:serviceaccount:$DEMO_NS:demo-client (bearer token)"
 fi
@@ -262,7 +265,7 @@ if [ "${DEMO_DEV_MODE:-0}" = 1 ]; then
   token_step="no token: the gateway runs in dev mode"
   as_user=""
 else
-  token_step="its token: kubectl -n $DEMO_NS create token demo-client"
+  token_step="its token: kubectl -n $DEMO_NS create token demo-client --audience agentsession-gateway"
   # The demo's kubeconfig may know you by a client certificate, which the gateway cannot check: the plugin asks
   # for a token of the demo's client account instead.
   as_user=" --service-account demo-client"

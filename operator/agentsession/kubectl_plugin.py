@@ -10,9 +10,11 @@
 Where the gateway is: --gateway URL, else the chart's gateway Service that serves the session's namespace, reached
 through `kubectl port-forward` on a free loopback port for as long as the command runs.
 
-Who you are to the gateway: --token (or $AGENTSESSION_TOKEN); else a token requested (TokenRequest) for
---service-account; else the bearer token of your kubeconfig's user. Client certificates cannot be shown to the
-gateway: with a certificate-only kubeconfig, name a ServiceAccount you may create tokens for.
+Who you are to the gateway: --token (or $AGENTSESSION_TOKEN); else a token for the gateway's audience
+(`agentsession-gateway`, --token-audience) requested with TokenRequest for --service-account, or for your
+kubeconfig's user when it is a ServiceAccount. Your kubeconfig's own token, good for the whole Kubernetes API, is
+sent only with --send-kubeconfig-token. A gateway reached over plain ws:// must be on this machine (loopback),
+unless you pass --insecure.
 
 Exit status of `prompt`: 0 end_turn, 3 max_tokens, 4 max_turn_requests, 5 refusal, 6 cancelled, 7 error (the
 turn failed), 8 another stop reason. Every command: 1 when it could not do what was asked (the message says why),
@@ -30,6 +32,7 @@ import asyncio
 import codecs
 import contextlib
 import fnmatch
+import ipaddress
 import json
 import os
 import re
@@ -40,6 +43,7 @@ import termios
 import threading
 import time
 import tty
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +60,10 @@ TASK_DIALECT = "task-session.v1"
 # The chart labels its gateway Service so, and says in an annotation which namespaces the gateway serves.
 GATEWAY_SELECTOR = "app.kubernetes.io/name=agentsession,app.kubernetes.io/component=gateway"
 NAMESPACES_ANNOTATION = "agentsession.dev/namespaces"
+# The audience the chart's gateway takes tokens for (its `gateway.auth.audiences`).
+GATEWAY_AUDIENCE = "agentsession-gateway"
+TOKEN_SECONDS = 3600  # the tokens this plugin requests; the gateway closes the connection when they expire
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -77,6 +85,10 @@ ATTACH_HELP = (
 
 class PluginError(Exception):
     """What went wrong, said for the person at the terminal; the command exits with EXIT_FAILED."""
+
+
+class NoKubeconfig(PluginError):
+    """The kubeconfig could not be loaded."""
 
 
 def exit_status(stop_reason: str | None) -> int:
@@ -213,7 +225,7 @@ class Cluster:
                 )
             except Exception as exc:  # the client raises ConfigException, OSError, YAML errors, ...
                 where = self.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-                raise PluginError(f"cannot load the kubeconfig {where}: {exc}") from exc
+                raise NoKubeconfig(f"cannot load the kubeconfig {where}: {exc}") from exc
         return self._api
 
     def namespace(self) -> str:
@@ -237,8 +249,27 @@ class Cluster:
         scheme, _, token = str(value).partition(" ")
         return token if scheme.lower() == "bearer" else str(value)
 
-    def request_token(self, service_account: str, namespace: str, seconds: int = 3600) -> str:
-        """A token for `[NAMESPACE/]NAME` through the TokenRequest API (as `kubectl create token` does)."""
+    def username(self) -> str:
+        """Who the API server takes the kubeconfig's user for (SelfSubjectReview, as `kubectl auth whoami`)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            review = client.AuthenticationV1Api(self.api()).create_self_subject_review(
+                client.V1SelfSubjectReview()
+            )
+        except ApiException as exc:
+            raise PluginError(
+                f"cannot ask the API server who your kubeconfig's user is ({exc.status} {exc.reason}); "
+                "give --service-account NAME or --token"
+            ) from exc
+        user = review.status.user_info if review.status else None
+        return str(user.username) if user and user.username else ""
+
+    def request_token(
+        self, service_account: str, namespace: str, audience: str, seconds: int = TOKEN_SECONDS
+    ) -> str:
+        """A token for `[NAMESPACE/]NAME` and `audience` through the TokenRequest API (`kubectl create token`)."""
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
@@ -249,7 +280,7 @@ class Cluster:
                 name,
                 account_ns,
                 client.AuthenticationV1TokenRequest(
-                    spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)
+                    spec=client.V1TokenRequestSpec(audiences=[audience], expiration_seconds=seconds)
                 ),
             )
         except ApiException as exc:
@@ -417,6 +448,28 @@ def gateway_ws_url(value: str) -> str:
     return f"{scheme}://{rest}"
 
 
+def is_loopback(host: str) -> bool:
+    name = host.lower().strip("[]")
+    if name in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_transport(url: str, insecure: bool) -> None:
+    """Refuses to send a token over plain ws:// to another machine, where anyone on the way could read it."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme == "wss" or insecure or (parsed.scheme == "ws" and is_loopback(parsed.hostname or "")):
+        return
+    raise PluginError(
+        f"{url} is not encrypted: your token would cross the network in the clear. Use the gateway's https:// "
+        "(wss://) address, leave out --gateway to reach it through a port-forward, or pass --insecure if you "
+        "accept that"
+    )
+
+
 # ---------------------------------------------------------------- the gateway's task-session.v1 dialect
 
 
@@ -439,10 +492,7 @@ async def ws_connect(
                 reason = (await resp.json(content_type=None)).get("message", reason)
         hint = ""
         if exc.status == 401 and not token:
-            hint = (
-                "; your kubeconfig has no bearer token (the gateway cannot check client certificates): "
-                "give --service-account NAME or --token"
-            )
+            hint = "; the gateway needs a token: give --service-account NAME or --token"
         raise PluginError(
             f"the gateway at {url} refused the connection ({exc.status}): {reason}{hint}"
         ) from exc
@@ -500,6 +550,10 @@ class TaskClient:
                     )
                 elif frame.get("type") == "notification":
                     self.inbox.put_nowait(("notification", frame))
+                elif frame.get("type") == "error":
+                    # An error of no request: why the gateway is ending the connection (a token revoked or expired).
+                    error = frame.get("payload") or {}
+                    reason = f"the gateway ended the connection: {error.get('code')}: {error.get('message')}"
             if self.ws.close_code not in (None, aiohttp.WSCloseCode.OK):
                 reason += f" (code {self.ws.close_code})"
         finally:
@@ -524,22 +578,42 @@ class Target:
     gateway_service: str | None
     token: str | None
     service_account: str | None
+    token_audience: str = GATEWAY_AUDIENCE
+    send_kubeconfig_token: bool = False
+    insecure: bool = False
 
     @property
     def agent_id(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     def resolve_token(self) -> str | None:
+        """The token to present: given, or one for the gateway's audience only, never the kubeconfig's own
+        unless asked (`--send-kubeconfig-token`): that one opens the whole Kubernetes API to whoever gets it."""
         if self.token:
             return self.token
         if self.service_account:
-            return self.cluster.request_token(self.service_account, self.namespace)
+            return self.cluster.request_token(self.service_account, self.namespace, self.token_audience)
         try:
-            return self.cluster.bearer_token()
-        except PluginError:
+            if self.send_kubeconfig_token:
+                token = self.cluster.bearer_token()
+                if token is None:
+                    raise PluginError("--send-kubeconfig-token: your kubeconfig's user has no bearer token")
+                return token
+            username = self.cluster.username()
+        except NoKubeconfig:
             if self.gateway:
                 return None  # no kubeconfig at hand: a gateway in dev mode needs no token
             raise
+        account_ns, _, name = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+        if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not name:
+            raise PluginError(
+                f"your kubeconfig's user ({username or 'anonymous'}) is not a ServiceAccount, so this plugin cannot "
+                f"get it a token for the gateway alone (audience {self.token_audience}). Give --service-account "
+                "[NAMESPACE/]NAME (a ServiceAccount you may create tokens for), or --token TOKEN; "
+                "--send-kubeconfig-token sends your kubeconfig's own token instead, which is good for the whole "
+                "Kubernetes API: only to a gateway you trust"
+            )
+        return self.cluster.request_token(f"{account_ns}/{name}", self.namespace, self.token_audience)
 
 
 @contextlib.asynccontextmanager
@@ -547,6 +621,7 @@ async def gateway_url(target: Target) -> AsyncIterator[str]:
     if target.gateway:
         yield gateway_ws_url(target.gateway)
         return
+    # The port-forward's end is on loopback: the token never crosses the network in the clear.
     service = await asyncio.to_thread(find_gateway, target.cluster, target.namespace, target.gateway_service)
     async with port_forward(target.cluster, service) as url:
         yield url
@@ -554,6 +629,8 @@ async def gateway_url(target: Target) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def open_session(target: Target, inbox: asyncio.Queue[Event]) -> AsyncIterator[TaskClient]:
+    if target.gateway:
+        check_transport(gateway_ws_url(target.gateway), target.insecure)
     token = await asyncio.to_thread(target.resolve_token)
     async with gateway_url(target) as url, aiohttp.ClientSession() as http:
         client = TaskClient(await ws_connect(http, url, token, TASK_DIALECT), inbox)
@@ -946,7 +1023,19 @@ def parser() -> argparse.ArgumentParser:
         "--token", default=os.environ.get("AGENTSESSION_TOKEN"), help="a bearer token to present"
     )
     reach.add_argument(
-        "--service-account", help="[NAMESPACE/]NAME: present a token requested for this ServiceAccount"
+        "--service-account",
+        help="[NAMESPACE/]NAME: present a token requested for this ServiceAccount and the gateway's audience",
+    )
+    reach.add_argument(
+        "--token-audience", default=os.environ.get("AGENTSESSION_TOKEN_AUDIENCE", GATEWAY_AUDIENCE),
+        help=f"the audience of the tokens requested for the gateway (default {GATEWAY_AUDIENCE})",
+    )  # fmt: skip
+    reach.add_argument(
+        "--send-kubeconfig-token", action="store_true",
+        help="present your kubeconfig's own bearer token (good for the whole Kubernetes API)",
+    )  # fmt: skip
+    reach.add_argument(
+        "--insecure", action="store_true", help="allow a ws:// (unencrypted) --gateway on another machine"
     )
 
     top = argparse.ArgumentParser(
@@ -993,6 +1082,9 @@ def run(argv: list[str]) -> int:
         getattr(args, "gateway_service", None),
         getattr(args, "token", None),
         getattr(args, "service_account", None),
+        getattr(args, "token_audience", GATEWAY_AUDIENCE),
+        getattr(args, "send_kubeconfig_token", False),
+        getattr(args, "insecure", False),
     )
     if args.command in ("suspend", "resume"):
         return set_suspend(target, args.command == "suspend", args.wait, args.timeout)

@@ -167,7 +167,9 @@ async def test_kubectl_plugin_finds_the_gateway_through_its_service(
 ) -> None:
     """No --gateway: the plugin picks the release's gateway Service by its label and the namespaces it serves,
     port-forwards to it, and reads the session's history with a token the gateway checks."""
-    token = service_account_token(kube_api, release.sessions, f"plugin-{release.scope}", ["get", "update"])
+    # For the gateway's audience, which the chart's gateway requires by default.
+    token = service_account_token(kube_api, release.sessions, f"plugin-{release.scope}", ["get", "update"],
+                                  audiences=["agentsession-gateway"])  # fmt: skip
     path = plugin_path(install_plugin(tmp_path / "bin").parent, release.kubectl)
     code, run = await run_plugin(release.kubectl, path, "history", "demo", "-n", release.sessions,
                                  "--kubeconfig", release.kubeconfig, "--token", token)  # fmt: skip

@@ -279,9 +279,13 @@ def test_gateway_command_is_a_valid_gateway_config(
     container = _container(one(render(*_files(values), set=sets), "Deployment", "-gateway"), "gateway")
     assert container["command"][0] == "agentsession-gateway"
     config = config_module.parse_args(container["command"][1:])
-    assert config.port == container["ports"][0]["containerPort"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert (config.port, config.metrics_port) == (ports["http"], ports["metrics"])
     assert config.namespaces == namespaces
     assert config.insecure_dev_mode is dev_mode
+    # Tokens for the gateway alone by default; dev mode serves /ws on the pod's loopback only.
+    assert config.token_audiences == ([] if dev_mode else ["agentsession-gateway"])
+    assert config.host == ("127.0.0.1" if dev_mode else "0.0.0.0")
 
 
 def test_dev_values_use_the_local_image(render: Render, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -429,11 +433,21 @@ def test_gateway_replicas_service_and_disruption_budget(render: Render) -> None:
     gateway = one(manifests, "Deployment", "-gateway")
     assert gateway["spec"]["replicas"] == 2
     container = _container(gateway, "gateway")
-    assert container["command"][:2] == ["agentsession-gateway", "--port=8090"]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["command"][:3] == ["agentsession-gateway", "--port=8090", "--metrics-port=8091"]
+    # Probes on the metrics port: it answers on the pod's address in dev mode too, where /ws is on loopback.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    annotations = gateway["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == "8091"
     service = one(manifests, "Service", "-gateway")
     assert service["spec"]["selector"] == gateway["spec"]["selector"]["matchLabels"]
+    # Clients' Service: /ws and the console only; /metrics has a Service of its own, which the kubectl plugin's
+    # label selector for the gateway does not find.
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    metrics = one(manifests, "Service", "-gateway-metrics")
+    assert metrics["spec"]["selector"] == gateway["spec"]["selector"]["matchLabels"]
+    assert [p["targetPort"] for p in metrics["spec"]["ports"]] == ["metrics"]
+    assert metrics["metadata"]["labels"]["app.kubernetes.io/component"] != "gateway"
     pdb = one(manifests, "PodDisruptionBudget", "-gateway")
     assert pdb["spec"]["selector"] == gateway["spec"]["selector"]
     assert pdb["spec"]["maxUnavailable"] == 1
@@ -448,10 +462,16 @@ def test_monitoring_objects_are_optional(render: Render) -> None:
     assert by_kind(default, "PrometheusRule") == []
     manifests = render(MONITORING)
     monitor = one(manifests, "ServiceMonitor")
-    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics", "http"}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics"}
     services = {s["metadata"]["name"]: s for s in by_kind(manifests, "Service")}
     for endpoint in monitor["spec"]["endpoints"]:
         assert any(endpoint["port"] in {p["name"] for p in s["spec"]["ports"]} for s in services.values())
+    # The ServiceMonitor finds both metrics Services, and not the gateway's clients' Service.
+    components = monitor["spec"]["selector"]["matchExpressions"][0]["values"]
+    scraped = {
+        n for n, s in services.items() if s["metadata"]["labels"]["app.kubernetes.io/component"] in components
+    }
+    assert scraped == {"agentsession-operator-metrics", "agentsession-gateway-metrics"}
 
 
 def test_alerts_cover_the_operations_that_matter_and_use_real_metrics(render: Render) -> None:

@@ -42,14 +42,13 @@ from agentsession.gateway.lifecycle_dialect import INBOUND
 from agentsession.gateway.server import MAX_CLIENT_FRAME
 from agentsession.gateway.task_dialect import ACTIONS
 from tests.component.conftest import TOKEN, Agentctl, wait_until
-from tests.support.fake_api import FakeApi
+from tests.support.fake_api import FakeApi, session_manifest
 from tests.support.gateway import Client, GatewayProcess, gateway_process
 
 LIFECYCLE = "agent-lifecycle.v1"
 TASK = "task-session.v1"
 NS = "fuzz"
 READY, STARTING, ASLEEP = f"{NS}/ready", f"{NS}/starting", f"{NS}/asleep"
-T = "2026-01-01T00:00:00Z"
 ANSWER_WAIT = 15.0
 EXAMPLES = 200  # per dialect; each is one request and its answer on loopback
 # The bystander asks this often, and each answer must come within the bound, whatever the others send.
@@ -71,26 +70,7 @@ LIFECYCLE_ANSWERS = {"ack", "pong", "session_state", "agent_initialized", "error
 
 def session(name: str, *, ready: bool = False, suspend: bool = False, endpoint: str | None = None,
             title: str | None = None) -> dict[str, Any]:  # fmt: skip
-    def condition(kind: str, true: bool, reason: str) -> dict[str, Any]:
-        return {"type": kind, "status": str(true), "reason": reason, "message": "", "lastTransitionTime": T}
-
-    reason = "Ready" if ready else "Suspended" if suspend else "PodInitializing"
-    status: dict[str, Any] = {
-        "phase": "Ready" if ready else "Suspended" if suspend else "Starting",
-        "conditions": [
-            condition(kind, ready, reason) for kind in ("AgentctlReady", "AgentInitialized", "Ready")
-        ]
-        + [condition("Suspended", suspend, "Suspended" if suspend else "Running")],
-    }
-    if endpoint:
-        status |= {"agentctlEndpoint": endpoint, "podIP": "127.0.0.1", "podUID": f"pod-{name}"}
-    return {
-        "apiVersion": "agentsession.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"namespace": NS, "name": name, "uid": f"uid-{name}", "creationTimestamp": T},
-        "spec": {"agent": {"type": "demo"}, "suspend": suspend, "title": title or name},
-        "status": status,
-    }
+    return session_manifest(NS, name, ready=ready, suspend=suspend, endpoint=endpoint, title=title)
 
 
 @dataclass
@@ -428,7 +408,10 @@ class Dialect:
                 message["type"] = draw(st.one_of(st.sampled_from(["response", "notification", "error"]),
                                                  NOT_A_STRING.filter(lambda v: v is not None)))  # fmt: skip
                 return self.probe(message, {"BAD_REQUEST"}, "envelope of another type")
-            message["payload"] = draw(NOT_A_STRING.filter(lambda v: v is not None))
+            # NOT_A_STRING holds objects too: a payload that is one is not this probe.
+            message["payload"] = draw(
+                NOT_A_STRING.filter(lambda v: v is not None and not isinstance(v, dict))
+            )
             return self.probe(message, {"VALIDATION_ERROR"}, "payload not an object")
 
         return build()
@@ -677,7 +660,7 @@ def _true(probe: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
 
 
 def slow_consumers(gateway: GatewayProcess) -> float:
-    with urllib.request.urlopen(gateway.http_url + "/metrics", timeout=10) as resp:
+    with urllib.request.urlopen(gateway.metrics_url, timeout=10) as resp:
         text = resp.read().decode()
     return sum(
         float(line.split()[-1])

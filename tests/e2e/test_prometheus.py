@@ -73,7 +73,7 @@ def prometheus_process(binary: str, home: Path, config: dict[str, Any]) -> Itera
         stop(proc)
 
 
-def scrape_config(operator: OperatorProcess, gateway_url: str, pod_ip: str, token: str) -> dict[str, Any]:
+def scrape_config(operator: OperatorProcess, gateway_metrics: str, pod_ip: str, token: str) -> dict[str, Any]:
     def job(name: str, target: str, **extra: Any) -> dict[str, Any]:
         return {"job_name": name, "static_configs": [{"targets": [target]}], **extra}
 
@@ -81,7 +81,7 @@ def scrape_config(operator: OperatorProcess, gateway_url: str, pod_ip: str, toke
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [
             job("operator", urllib.parse.urlsplit(operator.metrics_url).netloc),
-            job("gateway", urllib.parse.urlsplit(gateway_url).netloc),
+            job("gateway", urllib.parse.urlsplit(gateway_metrics).netloc),
             job("agentctl", f"{pod_ip}:9999", authorization={"type": "Bearer", "credentials": token}),
         ],
     }
@@ -129,7 +129,7 @@ async def test_prometheus_scrapes_every_documented_metric(
         await sessions.until_ready(SESSION)
         await prompt_through_the_gateway(gateway.ws_url, f"{namespace}/{SESSION}")
         pod_ip = sessions.get(SESSION)["status"]["podIP"]
-        config = scrape_config(node_operator, gateway.http_url, pod_ip, sessions.token(SESSION))
+        config = scrape_config(node_operator, gateway.metrics_url, pod_ip, sessions.token(SESSION))
         with prometheus_process(binary, tmp_path / "prometheus", config) as prom:
             every_job_up = {"operator": "up", "gateway": "up", "agentctl": "up"}
             await asyncio.to_thread(

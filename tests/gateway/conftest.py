@@ -58,10 +58,17 @@ async def connect(http: aiohttp.ClientSession) -> AsyncIterator[Callable[..., Aw
 
 
 def service_account_token(
-    kube_api: Any, namespace: str, name: str, verbs: list[str] | None, *, role_namespace: str | None = None
+    kube_api: Any,
+    namespace: str,
+    name: str,
+    verbs: list[str] | None,
+    *,
+    role_namespace: str | None = None,
+    audiences: list[str] | None = None,
 ) -> str:
     """A real token (TokenRequest API) for a new service account; `verbs` on agentsessions via a Role in
-    `role_namespace` (default: the account's own), or no Role at all when None."""
+    `role_namespace` (default: the account's own), or no Role at all when None. The token is for `audiences`
+    (default: the API server's own)."""
     core = client.CoreV1Api(kube_api)
     rbac = client.RbacAuthorizationV1Api(kube_api)
     core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
@@ -84,7 +91,8 @@ def service_account_token(
                 "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
             },
         )
-    result = core.create_namespaced_service_account_token(
-        name, namespace, {"spec": {"expirationSeconds": 3600}}
-    )
+    spec: dict[str, Any] = {"expirationSeconds": 3600}
+    if audiences:
+        spec["audiences"] = audiences
+    result = core.create_namespaced_service_account_token(name, namespace, {"spec": spec})
     return str(result.status.token)

@@ -1,8 +1,9 @@
 """`kubectl agentsession` against the real gateway and real session pods: the plugin is the one file copied onto
 the PATH as its docs say, run through kubectl as a process, with stdin scripted and its output and exit status read.
 
-Each test authenticates another way the plugin supports: --token, a kubeconfig whose user has a bearer token,
-and --service-account (a TokenRequest made with the caller's kubeconfig).
+Each test authenticates another way the plugin supports: --token, a kubeconfig whose user is a ServiceAccount
+(the plugin requests it a token for the gateway's audience), and --service-account (a TokenRequest made with the
+caller's kubeconfig). The gateway takes tokens for its own audience only, as the chart's does by default.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
+from agentsession.kubectl_plugin import GATEWAY_AUDIENCE
 from tests.gateway.conftest import GatewayProcess, service_account_token
 from tests.support.kube import Sessions
 from tests.support.plugin import PluginRun, install_plugin, plugin_path, run_plugin
@@ -41,7 +44,36 @@ async def chat(node_operator: OperatorProcess, sessions: Sessions) -> Sessions:
 @pytest.fixture
 def gateway(start_gateway: Callable[..., GatewayProcess], namespace: str) -> GatewayProcess:
     """A gateway with authentication on: every plugin call shows a token the API server checks."""
-    return start_gateway("--namespace", namespace)
+    return start_gateway("--namespace", namespace, "--token-audience", GATEWAY_AUDIENCE)
+
+
+def gateway_token(kube_api: Any, namespace: str, name: str, verbs: list[str] | None) -> str:
+    return service_account_token(kube_api, namespace, name, verbs, audiences=[GATEWAY_AUDIENCE])
+
+
+def may_mint_own_tokens(kube_api: Any, namespace: str, name: str) -> None:
+    """Lets the ServiceAccount `name` request tokens for itself (create serviceaccounts/token on its own name)."""
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    role = f"{name}-own-tokens"
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": role},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["serviceaccounts/token"],
+                    "verbs": ["create"],
+                    "resourceNames": [name],
+                }
+            ],
+        },
+    )
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    })  # fmt: skip
 
 
 def token_kubeconfig(admin_kubeconfig: str, token: str, where: Path) -> Path:
@@ -68,7 +100,7 @@ async def test_prompt_attach_and_history_through_the_gateway(
     path: str,
     tmp_path: Path,
 ) -> None:
-    token = service_account_token(kube_api, namespace, "user", USE)
+    token = gateway_token(kube_api, namespace, "user", USE)
     reach = ("-n", namespace, "--gateway", gateway.http_url, "--token", token)
 
     code, run = await run_plugin(kubectl, path, "prompt", SESSION, "hello from the plugin", *reach)
@@ -84,8 +116,12 @@ async def test_prompt_attach_and_history_through_the_gateway(
     assert await slow.exit_code() == 6, slow
     assert "[turn ended: cancelled]" in slow.stdout, slow
 
-    # attach, authenticated by the kubeconfig's own credentials: a user known by a bearer token.
-    user = token_kubeconfig(kubeconfig, token, tmp_path / "kubeconfig")
+    # attach, by the kubeconfig's user, a ServiceAccount: the plugin requests it a token for the gateway alone,
+    # and never shows the gateway the kubeconfig's own token.
+    may_mint_own_tokens(kube_api, namespace, "user")
+    api_token = str(client.CoreV1Api(kube_api).create_namespaced_service_account_token(
+        "user", namespace, {"spec": {"expirationSeconds": 3600}}).status.token)  # fmt: skip
+    user = token_kubeconfig(kubeconfig, api_token, tmp_path / "kubeconfig")
     attach = await PluginRun.start(
         kubectl,
         path,
@@ -121,7 +157,7 @@ async def test_prompt_attach_and_history_through_the_gateway(
     )
 
     # A token without `update` may read but not drive the session: the gateway's refusal is the message.
-    reader = service_account_token(kube_api, namespace, "reader", ["get"])
+    reader = gateway_token(kube_api, namespace, "reader", ["get"])
     code, refused = await run_plugin(kubectl, path, "prompt", SESSION, "hi", "-n", namespace,
                                      "--gateway", gateway.ws_url, "--token", reader)  # fmt: skip
     assert code == 1, refused

@@ -26,6 +26,7 @@ class GatewayProcess:
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    metrics_port: int
 
     @property
     def ws_url(self) -> str:
@@ -35,20 +36,26 @@ class GatewayProcess:
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def metrics_url(self) -> str:
+        """`/metrics`, on the port of its own that clients need not reach."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
 
 @contextmanager
 def gateway_process(kubeconfig: str, log: Path, *args: str) -> Iterator[GatewayProcess]:
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     command = [str(BIN / "agentsession-gateway"), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port)]
     command += ["--kubeconfig", kubeconfig, "--log-format", "json", *args]
     with log.open("ab") as sink:
         proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=dict(os.environ))
     try:
         wait_http(f"http://127.0.0.1:{port}/readyz", 30, proc, log)
-        yield GatewayProcess(proc, port, log)
+        yield GatewayProcess(proc, port, log, metrics_port)
     finally:
         stop(proc)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentsession.agentctl_api import StartRequest, StatusResponse
-from agentsession.agentctl_client import AgentctlError
+from agentsession.agentctl_client import BAD_ANSWER, AgentctlError
 from agentsession.agentctl_client.fake import PERMISSION_OPTIONS, FakeAgentctl, FakeTurn
 from agentsession.gateway import commands as c
 from agentsession.gateway.commands import Command
@@ -28,16 +28,8 @@ async def wait_for(check: Callable[[], object], within: float = 5.0) -> None:
     raise AssertionError(f"not within {within}s")
 
 
-@pytest.mark.parametrize(
-    ("status", "code"),
-    [
-        (404, ErrorCode.NOT_FOUND),
-        (409, ErrorCode.CONFLICT),
-        (422, ErrorCode.VALIDATION_ERROR),
-        (500, ErrorCode.UPSTREAM_ERROR),
-        (200, ErrorCode.UPSTREAM_ERROR),
-    ],
-)
+@pytest.mark.parametrize(("status", "code"), [(404, ErrorCode.NOT_FOUND), (409, ErrorCode.CONFLICT),
+                                            (422, ErrorCode.VALIDATION_ERROR)])  # fmt: skip
 def test_agentctl_refusals_keep_their_meaning_for_clients(status: int, code: str) -> None:
     error = request_error(
         AgentctlError("prompt", "http://a:1", "its words", path="/p", status=status, code="x")
@@ -49,11 +41,27 @@ def test_agentctl_refusals_keep_their_meaning_for_clients(status: int, code: str
     )
 
 
-def test_an_unreachable_agentctl_is_an_upstream_error_naming_it() -> None:
+@pytest.mark.parametrize(
+    ("status", "code", "detail"),
+    [(500, "internal_error", "Traceback (most recent call last): ..."), (200, BAD_ANSWER, "1 validation error"),
+     (404, BAD_ANSWER, "<html>proxy at 10.0.0.7</html>")],
+)  # fmt: skip
+def test_other_agentctl_failures_say_what_failed_without_its_words(
+    status: int, code: str, detail: str
+) -> None:
+    """agentctl's own failure, or an answer outside its contract, may carry anything: clients get the status."""
+    error = request_error(AgentctlError("prompt", "http://a:1", detail, path="/p", status=status, code=code))
+    assert (error.code, error.details) == (ErrorCode.UPSTREAM_ERROR, {"upstream_status": status})
+    assert error.message == (
+        f"the session's agentctl failed this request (HTTP {status}); retry, or see the gateway's log"
+    )
+
+
+def test_an_unreachable_agentctl_is_an_upstream_error_without_its_address() -> None:
     error = request_error(AgentctlError("status", "http://a:1", "ClientConnectorError refused", path="/s"))
     assert (error.code, error.message) == (
         ErrorCode.UPSTREAM_ERROR,
-        "agentctl at http://a:1 is not reachable: ClientConnectorError refused",
+        "the session's agentctl is not reachable right now; retry shortly",
     )
 
 
@@ -151,7 +159,7 @@ class _Connection:
     async def authorize_namespace(self, namespace: str) -> bool:
         return True
 
-    async def may_update(self, namespace: str) -> bool:
+    async def may_update(self, namespace: str, name: str) -> bool:
         return True
 
     def deliver(self, event: Event) -> None:
@@ -224,7 +232,7 @@ async def test_agentctl_failures_reach_the_client_as_gateway_errors() -> None:
     failed, conn = await answer(fake, c.INITIALIZE)
     assert failed == Failure(
         ErrorCode.UPSTREAM_ERROR,
-        f"agentctl at {fake.endpoint} is not reachable: OSError down",
+        "the session's agentctl is not reachable right now; retry shortly",
         c.INITIALIZE,
         details={"agentId": AGENT},
     )

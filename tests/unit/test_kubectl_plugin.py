@@ -4,10 +4,12 @@ typed answers to permission requests, says a stop reason as an exit status, and 
 from __future__ import annotations
 
 import ast
+import asyncio
 import io
 import sys
 from typing import Any
 
+import aiohttp
 import pytest
 
 from agentsession import kubectl_plugin as plugin
@@ -208,3 +210,142 @@ def test_usage_errors_exit_2_and_every_command_takes_the_kubectl_flags() -> None
     for command in ("attach", "history", "shell", "suspend", "resume"):
         args = parser.parse_args([command, "demo", "-n", "ns", "--context", "c", "--kubeconfig", "k"])
         assert (args.name, args.namespace, args.context, args.kubeconfig) == ("demo", "ns", "c", "k")
+
+
+# ---------------------------------------------------------------- which token, over what
+
+
+class FakeCluster(plugin.Cluster):
+    """The kubeconfig's side of token handling, recorded: who the user is, its own token, the tokens requested."""
+
+    def __init__(
+        self, username: str | Exception = "alice", own_token: str | None = "kubeconfig-token"
+    ) -> None:
+        super().__init__(None, None)
+        self.user = username
+        self.own_token = own_token
+        self.requested: list[tuple[str, str, str]] = []
+        self.own_token_read = False
+
+    def username(self) -> str:
+        if isinstance(self.user, Exception):
+            raise self.user
+        return self.user
+
+    def bearer_token(self) -> str | None:
+        self.own_token_read = True
+        return self.own_token
+
+    def request_token(
+        self, service_account: str, namespace: str, audience: str, seconds: int = plugin.TOKEN_SECONDS
+    ) -> str:
+        self.requested.append((service_account, namespace, audience))
+        return f"minted-for-{service_account}"
+
+
+def target(
+    cluster: plugin.Cluster, gateway: str | None = "ws://127.0.0.1:8090/ws", **kw: Any
+) -> plugin.Target:
+    fields: dict[str, Any] = {"token": None, "service_account": None, **kw}
+    return plugin.Target(cluster, "team", "demo", gateway, None, **fields)
+
+
+def test_a_service_account_gets_a_token_for_the_gateways_audience_only() -> None:
+    cluster = FakeCluster()
+    assert target(cluster, service_account="ops/bot").resolve_token() == "minted-for-ops/bot"
+    assert cluster.requested == [("ops/bot", "team", "agentsession-gateway")]
+    assert not cluster.own_token_read
+
+
+def test_a_kubeconfig_user_that_is_a_service_account_gets_one_of_its_own() -> None:
+    cluster = FakeCluster("system:serviceaccount:team:dev")
+    token = target(cluster, token_audience="gw.example").resolve_token()
+    assert token == "minted-for-team/dev"
+    assert cluster.requested == [("team/dev", "team", "gw.example")]
+    assert not cluster.own_token_read, "the kubeconfig's own token was read"
+
+
+def test_any_other_kubeconfig_user_is_told_what_to_give_and_its_token_is_not_sent() -> None:
+    cluster = FakeCluster("alice@example.com")
+    with pytest.raises(plugin.PluginError) as refused:
+        target(cluster).resolve_token()
+    message = str(refused.value)
+    assert "(alice@example.com) is not a ServiceAccount" in message
+    for option in ("--service-account", "--token", "--send-kubeconfig-token"):
+        assert option in message
+    assert not cluster.own_token_read
+    assert not cluster.requested
+
+
+def test_the_kubeconfigs_own_token_goes_only_when_asked_for() -> None:
+    cluster = FakeCluster("alice")
+    assert target(cluster, send_kubeconfig_token=True).resolve_token() == "kubeconfig-token"
+    with pytest.raises(plugin.PluginError, match="has no bearer token"):
+        target(FakeCluster(own_token=None), send_kubeconfig_token=True).resolve_token()
+    # A token given wins over everything, and needs no kubeconfig at all.
+    given = FakeCluster(plugin.NoKubeconfig("cannot load the kubeconfig"))
+    assert target(given, token="given").resolve_token() == "given"
+    assert not given.own_token_read
+    assert not given.requested
+
+
+def test_without_a_kubeconfig_a_named_gateway_is_tried_without_a_token() -> None:
+    """A gateway in dev mode needs none; without --gateway the kubeconfig is needed to find it anyway."""
+    missing = plugin.NoKubeconfig("cannot load the kubeconfig ~/.kube/config: not found")
+    assert target(FakeCluster(missing)).resolve_token() is None
+    with pytest.raises(plugin.NoKubeconfig):
+        target(FakeCluster(missing), gateway=None).resolve_token()
+
+
+@pytest.mark.parametrize(
+    "url", ["ws://127.0.0.1:8090/ws", "ws://127.9.0.1/ws", "ws://localhost:1/ws", "ws://[::1]:8090/ws",
+            "wss://gateway.example/ws"],
+)  # fmt: skip
+def test_tokens_go_over_tls_or_to_this_machine(url: str) -> None:
+    plugin.check_transport(url, insecure=False)
+
+
+@pytest.mark.parametrize(
+    "url", ["ws://gateway.example/ws", "ws://10.0.0.7:8090/ws", "ws://localhost.evil.example/ws",
+            "ws://127.0.0.1.nip.io/ws", "http://gateway.example/ws"],
+)  # fmt: skip
+def test_plain_ws_to_another_machine_needs_insecure(url: str) -> None:
+    with pytest.raises(plugin.PluginError, match="--insecure") as refused:
+        plugin.check_transport(url, insecure=False)
+    assert "not encrypted" in str(refused.value)
+    plugin.check_transport(url, insecure=True)
+
+
+async def test_a_plain_ws_gateway_elsewhere_is_refused_before_any_token_is_made() -> None:
+    cluster = FakeCluster("system:serviceaccount:team:dev")
+    with pytest.raises(plugin.PluginError, match="--insecure"):
+        async with plugin.open_session(target(cluster, gateway="gateway.example:8090"), asyncio.Queue()):
+            pass
+    assert not cluster.requested
+    assert not cluster.own_token_read
+
+
+async def test_the_gateways_reason_for_ending_the_connection_is_said() -> None:
+    """A revoked or expired token: the gateway sends a typed error, then closes; the person reads the error."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    async def ending(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        error = {"code": "UNAUTHORIZED", "message": "your token expired; connect again with a new one"}
+        await ws.send_json({"id": "x", "type": "error", "action": "", "payload": error})
+        await ws.close(code=4001, message=b"token expired")
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", ending)
+    async with TestServer(app) as server, aiohttp.ClientSession() as http:
+        inbox: asyncio.Queue[plugin.Event] = asyncio.Queue()
+        client = plugin.TaskClient(await http.ws_connect(server.make_url("/ws")), inbox)
+        assert await asyncio.wait_for(inbox.get(), 10) == (
+            "closed",
+            "the gateway ended the connection: UNAUTHORIZED: your token expired; connect again with a new one "
+            "(code 4001)",
+        )
+        await client.close()

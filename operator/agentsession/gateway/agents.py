@@ -62,6 +62,15 @@ def split_id(value: str) -> Key:
     return namespace, name
 
 
+def _patch_failed(verb: str, key: Key, error: KubeError) -> RequestError:
+    """The client's error for a patch the API server refused: its status, not the request the gateway made."""
+    log.warning("cannot %s %s: %s", verb, agent_id(*key), error)
+    said = f" (the API server answered {error.status} {error.reason})" if error.status else ""
+    return RequestError(
+        ErrorCode.UPSTREAM_ERROR, f"cannot {verb} {agent_id(*key)} right now{said}; retry later"
+    )
+
+
 def _behind_journal(status: StatusResponse, delivered: JournalPosition) -> bool:
     """Whether agentctl wrote `status` before the last journal entry already delivered from the same journal."""
     return (
@@ -412,7 +421,7 @@ class AgentRegistry:
         try:
             await self.kube.patch(AGENT_SESSIONS, key[0], key[1], {"spec": {"suspend": True}})
         except KubeError as exc:
-            raise RequestError(ErrorCode.UPSTREAM_ERROR, f"cannot suspend {agent_id(*key)}: {exc}") from exc
+            raise _patch_failed("suspend", key, exc) from exc
 
     async def _start_and_wait(self, key: Key) -> None:
         session = SessionView(self.session(key))
@@ -422,9 +431,7 @@ class AgentRegistry:
             try:
                 await self.kube.patch(AGENT_SESSIONS, key[0], key[1], {"spec": {"suspend": False}})
             except KubeError as exc:
-                raise RequestError(
-                    ErrorCode.UPSTREAM_ERROR, f"cannot resume {agent_id(*key)}: {exc}"
-                ) from exc
+                raise _patch_failed("resume", key, exc) from exc
 
         def ready(current: Manifest | None) -> bool:
             if current is None:
@@ -504,6 +511,10 @@ class AgentRegistry:
         )
         for sub in list(rt.shell_subscribers):
             sub.deliver(event)
+
+    def shells_of(self, sub: Subscriber) -> list[Key]:
+        """The sessions whose shell `sub` watches."""
+        return [key for key, rt in self.runtimes.items() if sub in rt.shell_subscribers]
 
     def forget(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)

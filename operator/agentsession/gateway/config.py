@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Self
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
+from agentsession.gateway.origin import is_loopback, normalize_origin
 from agentsession.settings import LogFormat, LogLevel, StrList, load, settings_config
 
 
@@ -20,8 +22,17 @@ class GatewayConfig(BaseSettings):
         cli_shortcuts={"namespaces": "namespace", "token-audiences": "token-audience"},
     )
 
-    host: str = Field(default="0.0.0.0", description="Address to listen on.")
+    host: str = Field(
+        default="0.0.0.0", description="Address to listen on; insecure_dev_mode allows loopback only."
+    )
     port: int = Field(default=8090, ge=1, le=65535, description="Port to listen on.")
+    metrics_host: str = Field(default="0.0.0.0", description="Address of the metrics and probes listener.")
+    metrics_port: int = Field(
+        default=8091,
+        ge=0,
+        le=65535,
+        description="Port of `/metrics`, `/healthz` and `/readyz`, apart from the clients' port; 0: none.",
+    )
     kubeconfig: str | None = Field(
         default=None, description="Kubeconfig file; unset: the in-cluster account, else $KUBECONFIG."
     )
@@ -30,7 +41,12 @@ class GatewayConfig(BaseSettings):
     )
     insecure_dev_mode: bool = Field(
         default=False,
-        description="DISABLE authentication and authorization: every client sees and controls every session.",
+        description="DISABLE authentication and authorization: every client sees and controls every session. "
+        "Listens on loopback only and serves loopback Host names only.",
+    )
+    allowed_origins: StrList = Field(
+        default_factory=list,
+        description="Browser origins (`https://console.example`) allowed on /ws besides the gateway's own.",
     )
     dev_warning_interval: float = Field(
         default=60.0, gt=0, description="Seconds between the warnings logged while insecure_dev_mode is on."
@@ -60,6 +76,29 @@ class GatewayConfig(BaseSettings):
         ge=1,
         description="Most answers each of those two caches keeps (oldest dropped first).",
     )
+    auth_negative_cache_size: int = Field(
+        default=1024,
+        ge=1,
+        description="Most rejected tokens remembered (10 s each), apart from accepted ones.",
+    )
+    auth_recheck_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between the reviews of an open connection's token and access; "
+        "it is closed when either no longer holds, and at its token's expiry.",
+    )
+    auth_failure_burst: int = Field(
+        default=10, ge=1, description="Failed authentications one client address may have in a row."
+    )
+    auth_failure_rate: float = Field(
+        default=1.0,
+        gt=0,
+        description="Failed authentications per second one client address regains; beyond, it is answered 429.",
+    )
+    max_token_reviews: int = Field(default=16, ge=1, description="TokenReviews in flight at once.")
+    max_connections_per_user: int = Field(
+        default=32, ge=1, description="Open connections of one user; more are told `too_many_connections`."
+    )
     token_audiences: StrList = Field(
         default_factory=list,
         description="Audiences a client's token must be valid for; empty: the API server's own.",
@@ -81,6 +120,32 @@ class GatewayConfig(BaseSettings):
         le=65535,
         description="Reach every agentctl at this port instead of the session's (local testing).",
     )
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, values: list[str]) -> list[str]:
+        normalized = []
+        for value in values:
+            origin = normalize_origin(value)
+            if origin is None:
+                raise ValueError(
+                    f"{value!r} is not an origin: give scheme://host[:port], e.g. https://console.example"
+                )
+            normalized.append(origin)
+        return normalized
+
+    @model_validator(mode="after")
+    def _dev_mode_on_loopback(self) -> Self:
+        # With authentication off, only this machine may connect: a page that rebinds its own name to an address
+        # this gateway listens on would otherwise drive every agent.
+        if self.insecure_dev_mode and not is_loopback(self.host):
+            if "host" in self.model_fields_set:
+                raise ValueError(
+                    f"insecure_dev_mode listens on loopback only, not on {self.host}: give --host 127.0.0.1 "
+                    "(reach it from elsewhere through `kubectl port-forward` or an SSH tunnel)"
+                )
+            self.host = "127.0.0.1"
+        return self
 
 
 def parse_args(argv: Sequence[str] | None = None) -> GatewayConfig:

@@ -1,7 +1,8 @@
 """One client WebSocket: a bounded outbound queue drained by a writer task, and what the client may see.
 
 A client that stops reading fills its queue; it is then told `slow_consumer` and disconnected, so it never
-stalls the fan-out to others nor grows the gateway's memory.
+stalls the fan-out to others nor grows the gateway's memory. A client whose token or access no longer holds is
+told why and disconnected the same way (`shut`), each with a close code of its own.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +26,13 @@ from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
+# Close codes of the connections the gateway ends, after a typed error that says why (4000-4999: the application's).
+CLOSE_UNAUTHORIZED = 4001  # the token was revoked or expired
+CLOSE_FORBIDDEN = 4003  # access the connection relied on was withdrawn
 CLOSE_SLOW_CONSUMER = 4008
+CLOSE_TOO_MANY_CONNECTIONS = 4029  # the user already has the most connections a replica takes
+# How long the error and then the close frame of a connection being ended may each wait behind unread output.
+SHUT_GRACE = 2.0
 
 # A broadcast hands the same event to every client in a row: encode it once per dialect, not once per client.
 _last_encoded: tuple[object, str, str | None] | None = None
@@ -87,10 +95,15 @@ class Connection:
         self._namespaces[namespace] = allowed
         return allowed
 
-    async def may_update(self, namespace: str) -> bool:
+    async def may_update(self, namespace: str, name: str) -> bool:
+        """`update` on the session `name`, asked by name so that RBAC's resourceNames can grant one session."""
         if self.identity.anonymous_dev:
             return True
-        return self._auth is not None and await self._auth.allowed(self.identity, namespace, "update")
+        return self._auth is not None and await self._auth.allowed(self.identity, namespace, "update", name)
+
+    def namespaces_seen(self) -> list[str]:
+        """The namespaces this client was allowed to see, whose sessions' changes it receives."""
+        return [ns for ns, allowed in self._namespaces.items() if allowed]
 
     # --- subscriptions ---
 
@@ -156,21 +169,31 @@ class Connection:
             ErrorCode.SLOW_CONSUMER,
             f"this client read too slowly: more than {self._queue.maxsize} messages were waiting; reconnect",
         )
-        frame = self.codec.encode(failure)
-        self._dropping = self._tasks.spawn(self._close_slow(frame), "close a slow client")
+        self.shut(failure, CLOSE_SLOW_CONSUMER, "slow consumer")
 
-    async def _close_slow(self, frame: Frame | None) -> None:
+    def shut(self, failure: Failure, code: int, reason: str) -> None:
+        """Ends the connection: nothing more is queued for it, the client gets `failure` and then close `code`."""
+        if self._dropping is not None:
+            return
+        # Set at once: from here on no event reaches this client, whatever is still in flight.
+        self.closed = True
+        self._dropping = self._tasks.spawn(self._shut(self.codec.encode(failure), code, reason), reason)
+
+    async def _shut(self, frame: Frame | None, code: int, reason: str) -> None:
         # The writer stops after the frame it is sending. Cancelled there, it would take with it the wait for the
         # socket to drain, which every later send shares, and the close below would cut the connection at once.
-        self.closed = True
         # The error and the close frame wait behind what the client has not read; each gets a bounded chance.
         with contextlib.suppress(Exception):
-            async with asyncio.timeout(2.0):
+            async with asyncio.timeout(SHUT_GRACE):
                 if frame is not None:
                     await self.ws.send_str(json.dumps(frame))
         with contextlib.suppress(Exception):
-            async with asyncio.timeout(2.0):
-                await self.ws.close(code=CLOSE_SLOW_CONSUMER, message=b"slow consumer")
+            async with asyncio.timeout(SHUT_GRACE):
+                await self.ws.close(code=code, message=reason.encode())
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Runs `coro` for as long as the connection lives."""
+        self._tasks.spawn(coro, name)
 
     async def _write_loop(self) -> None:
         try:

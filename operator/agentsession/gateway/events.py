@@ -82,6 +82,7 @@ class ErrorCode:
     UNKNOWN_ACTION = "unknown_action"
     VALIDATION_ERROR = "validation_error"
     NOT_FOUND = "not_found"
+    UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     CONFLICT = "conflict"
     TIMEOUT = "timeout"
@@ -89,6 +90,7 @@ class ErrorCode:
     UPSTREAM_ERROR = "upstream_error"
     SLOW_CONSUMER = "slow_consumer"
     TOO_MANY_REQUESTS = "too_many_requests"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
     INTERNAL_ERROR = "internal_error"
 
 

@@ -1,12 +1,13 @@
-"""The aiohttp application: `/ws` (both dialects), `/healthz`, `/readyz`, `/metrics`, `/whoami`, and the web
-console's files at `/` and `/console/`."""
+"""The aiohttp application: `/ws` (both dialects), `/healthz`, `/readyz`, `/whoami`, and the web console's files
+at `/` and `/console/`; and, on a port of its own (`serve_metrics`), `/metrics` with the probes again."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -14,20 +15,23 @@ from aiohttp import WSMessage, WSMsgType, web
 
 from agentsession.agentctl_client import http_connector
 from agentsession.gateway import console, metrics
+from agentsession.gateway.access_guard import guard
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.auth import (
     DEV_IDENTITY,
     Authenticator,
     AuthError,
+    FailureLimiter,
     Identity,
     extract_token,
 )
 from agentsession.gateway.codec import Codec
 from agentsession.gateway.commands import Command
 from agentsession.gateway.config import GatewayConfig
-from agentsession.gateway.connection import Connection
+from agentsession.gateway.connection import CLOSE_TOO_MANY_CONNECTIONS, Connection
 from agentsession.gateway.events import ErrorCode, Failure
 from agentsession.gateway.lifecycle_dialect import LifecycleCodec
+from agentsession.gateway.origin import loopback_host, origin_allowed
 from agentsession.gateway.service import Service
 from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.gateway.watch_cache import SessionCache
@@ -51,6 +55,8 @@ REGISTRY = web.AppKey("registry", AgentRegistry)
 SERVICE = web.AppKey("service", Service)
 CACHE = web.AppKey("cache", SessionCache)
 AUTH = web.AppKey("auth", Authenticator)
+ORIGINS = web.AppKey("origins", frozenset[str])
+USERS = web.AppKey("users", Counter[str])  # open connections per user
 
 
 def choose_dialect(request: web.Request) -> str:
@@ -58,27 +64,44 @@ def choose_dialect(request: web.Request) -> str:
     return next((p for p in offered if p in DIALECTS), LifecycleCodec.name)
 
 
-def _json_error(status: int, code: str, message: str) -> web.Response:
+def _json_error(status: int, code: str, message: str, retry_after: float | None = None) -> web.Response:
     resp = web.json_response({"error": code, "message": message}, status=status)
     if status == 401:
         resp.headers["WWW-Authenticate"] = 'Bearer realm="agentsession-gateway"'
+    if retry_after is not None:
+        resp.headers["Retry-After"] = str(max(1, round(retry_after)))
     return resp
 
 
-async def _admit(request: web.Request) -> tuple[Identity, set[str], set[str]] | web.Response:
+@web.middleware
+async def loopback_hosts_only(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Dev mode's guard against DNS rebinding: a page whose name now resolves to loopback still names itself."""
+    if not loopback_host(request.headers.get("Host")):
+        return _json_error(
+            403,
+            "forbidden_host",
+            "this gateway runs without authentication and answers only requests for 127.0.0.1, ::1 or localhost",
+        )
+    return await handler(request)
+
+
+async def _admit(
+    request: web.Request, token: str | None
+) -> tuple[Identity, set[str], set[str]] | web.Response:
     """Who the client is, the namespaces it may see and the ones the gateway serves; or the refusal to send."""
     app = request.app
     config = app[CONFIG]
     if not app[CACHE].synced:
         return _json_error(503, "not_ready", "the gateway is still loading AgentSessions; retry shortly")
-    token, _ = extract_token(request)
     if config.insecure_dev_mode:
         identity = DEV_IDENTITY
     else:
         try:
-            identity = await app[AUTH].authenticate(token)
+            identity = await app[AUTH].authenticate(token, request.remote or "unknown")
         except AuthError as exc:
-            return _json_error(exc.status, exc.code, exc.message)
+            return _json_error(exc.status, exc.code, exc.message, exc.retry_after)
     auth = None if config.insecure_dev_mode else app[AUTH]
     namespaces = {o["metadata"]["namespace"] for o in app[CACHE].items()} | set(config.namespaces)
     allowed = set()
@@ -100,7 +123,7 @@ async def _admit(request: web.Request) -> tuple[Identity, set[str], set[str]] | 
 async def whoami(request: web.Request) -> web.Response:
     """What `/ws` would make of this request's token: the web console asks before it connects, since a browser
     cannot read why a WebSocket handshake was refused."""
-    admitted = await _admit(request)
+    admitted = await _admit(request, extract_token(request)[0])
     if isinstance(admitted, web.Response):
         return admitted
     identity, allowed, _ = admitted
@@ -118,7 +141,17 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
     app = request.app
     config = app[CONFIG]
     registry = app[REGISTRY]
-    admitted = await _admit(request)
+    origin = request.headers.get("Origin")
+    if not origin_allowed(origin, request.headers.get("Host"), app[ORIGINS]):
+        metrics.AUTH_DECISIONS.labels("forbidden_origin").inc()
+        return _json_error(
+            403,
+            "forbidden_origin",
+            f"pages from {origin} may not open this gateway's WebSocket; "
+            "its operator can allow them with --allowed-origins",
+        )
+    token, _ = extract_token(request)
+    admitted = await _admit(request, token)
     if isinstance(admitted, web.Response):
         return admitted
     identity, _, namespaces = admitted
@@ -136,7 +169,26 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
     )
     metrics.CONNECTIONS.labels(dialect).inc()
     conn.start()
+    users = app[USERS]
+    # Dev mode has one identity for everyone: no bound per user. Checked and counted with no await between, so
+    # concurrent handshakes of one user cannot all pass.
+    limited = not config.insecure_dev_mode
+    over = limited and users[identity.username] >= config.max_connections_per_user
+    counted = limited and not over
+    if counted:
+        users[identity.username] += 1
     try:
+        if over:
+            # Nothing else reads this socket: the close below waits for the client's answer to the close frame,
+            # reading (and dropping) whatever it sent first, so the client gets the error and the code.
+            conn.shut(_too_many_connections(config.max_connections_per_user), CLOSE_TOO_MANY_CONNECTIONS,
+                      "too many connections")  # fmt: skip
+            return ws
+        if token is not None and limited:
+            shells = registry.shells_of
+            conn.spawn(
+                guard(conn, app[AUTH], token, config.auth_recheck_interval, lambda: shells(conn)), "guard"
+            )
         allowed = {ns for ns in namespaces if await conn.authorize_namespace(ns)}
         # Registered before the snapshot is taken, so no change falls between the snapshot and the stream.
         registry.subscribers.add(conn)
@@ -149,10 +201,22 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
             conn.send_frame(hello, label="hello")
         await _serve(conn, app[SERVICE], config.max_requests_in_flight)
     finally:
+        if counted:
+            users[identity.username] -= 1
+            if not users[identity.username]:
+                del users[identity.username]
         registry.forget(conn)
         await conn.close()
         metrics.CONNECTIONS.labels(dialect).dec()
     return ws
+
+
+def _too_many_connections(limit: int) -> Failure:
+    metrics.AUTH_DECISIONS.labels("too_many_connections").inc()
+    return Failure(
+        ErrorCode.TOO_MANY_CONNECTIONS,
+        f"you already have {limit} connections open to this gateway, the most one user may have; close one first",
+    )
 
 
 async def _serve(conn: Connection, service: Service, max_in_flight: int) -> None:
@@ -225,12 +289,13 @@ async def _dev_mode_nagger(interval: float) -> None:
 
 
 def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Application:
-    app = web.Application()
+    app = web.Application(middlewares=[loopback_hosts_only] if config.insecure_dev_mode else [])
     app[CONFIG] = config
+    app[ORIGINS] = frozenset(config.allowed_origins)  # normalized by the settings
+    app[USERS] = Counter()
     app.router.add_get("/ws", ws_handler)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/whoami", whoami)
     console.add_routes(app)
 
@@ -261,6 +326,9 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
             audiences=config.token_audiences,
             ttl=config.auth_cache_ttl,
             max_entries=config.auth_cache_size,
+            negative_entries=config.auth_negative_cache_size,
+            max_reviews=config.max_token_reviews,
+            failures=FailureLimiter(config.auth_failure_rate, config.auth_failure_burst),
         )
         background = Supervisor("gateway", log)
         if config.insecure_dev_mode:
@@ -276,6 +344,27 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
 
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+def serve_metrics(config: GatewayConfig) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup context for `app`: `/metrics`, `/healthz` and `/readyz` on `metrics_port`, a port clients of
+    `/ws` need not reach (the chart's Service for clients does not name it)."""
+
+    async def listener(app: web.Application) -> AsyncIterator[None]:
+        probes = web.Application()
+        probes[CACHE] = app[CACHE]
+        probes.router.add_get("/metrics", metrics_handler)
+        probes.router.add_get("/healthz", healthz)
+        probes.router.add_get("/readyz", readyz)
+        runner = web.AppRunner(probes, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, config.metrics_host, config.metrics_port).start()
+        try:
+            yield
+        finally:
+            await runner.cleanup()
+
+    return listener
 
 
 async def close_all(app: web.Application) -> None:

@@ -68,10 +68,10 @@ class Service:
         # Not found and not allowed look the same, so a client cannot probe other namespaces.
         if not await conn.authorize_namespace(key[0]) or self.registry.cache.get(key) is None:
             raise RequestError(ErrorCode.NOT_FOUND, f"no AgentSession {cmd.agent_id} visible to you")
-        if cmd.action in _MUTATING and not await conn.may_update(key[0]):
+        if cmd.action in _MUTATING and not await conn.may_update(*key):
             raise RequestError(
                 ErrorCode.FORBIDDEN,
-                f"you may not update agentsessions in namespace {key[0]} (RBAC verb 'update' is needed)",
+                f"you may not update agentsession {key[1]} in namespace {key[0]} (RBAC verb 'update' is needed)",
             )
         return key
 

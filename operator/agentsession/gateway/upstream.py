@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from agentsession.agentctl_api import StatusResponse
-from agentsession.agentctl_client import AgentctlApi, AgentctlError, ShellChannel
+from agentsession.agentctl_client import BAD_ANSWER, AgentctlApi, AgentctlError, ShellChannel
 from agentsession.api.manifest import Manifest
 from agentsession.gateway import metrics
 from agentsession.gateway.events import ErrorCode, RequestError
@@ -29,13 +29,22 @@ _REFUSALS = {404: ErrorCode.NOT_FOUND, 409: ErrorCode.CONFLICT, 422: ErrorCode.V
 
 
 def request_error(error: AgentctlError) -> RequestError:
-    """The gateway's error for a failed agentctl call, in agentctl's words."""
+    """The gateway's error for a failed agentctl call: agentctl's own words when it refused the request, else
+    what failed without the gateway's internals (agentctl's address, the client library's errors); the log has
+    those."""
+    code = _REFUSALS.get(error.status or 0)
+    if code is not None and error.code != BAD_ANSWER:
+        return RequestError(code, f"agentctl: {error.detail}", upstream_status=error.status)
+    log.warning("agentctl call failed: %s", error)
     if error.status is None:
         return RequestError(
-            ErrorCode.UPSTREAM_ERROR, f"agentctl at {error.endpoint} is not reachable: {error.detail}"
+            ErrorCode.UPSTREAM_ERROR, "the session's agentctl is not reachable right now; retry shortly"
         )
-    code = _REFUSALS.get(error.status, ErrorCode.UPSTREAM_ERROR)
-    return RequestError(code, f"agentctl: {error.detail}", upstream_status=error.status)
+    return RequestError(
+        ErrorCode.UPSTREAM_ERROR,
+        f"the session's agentctl failed this request (HTTP {error.status}); retry, or see the gateway's log",
+        upstream_status=error.status,
+    )
 
 
 def _backoff(failures: int, cap: float = 5.0) -> float:

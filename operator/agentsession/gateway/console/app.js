@@ -86,6 +86,11 @@ function startGateway() {
         connection(`Connection lost; reconnecting in ${Math.round(delay / 1000)} s…`, "bad");
         if (app.page) app.page.initialized = false;
         renderSession();
+      } else if (state === "ended") {
+        // The token no longer holds (or no longer reaches this view): /whoami says which, and the sign-in
+        // form shows the gateway's reason if it must be replaced.
+        if (app.page) app.page.initialized = false;
+        signIn(app.token, { retries: 0 });
       }
     },
   });

@@ -9,6 +9,9 @@ export const LIFECYCLE = "agent-lifecycle.v1";
 export const TASK = "task-session.v1";
 
 const MAX_BACKOFF_MS = 10_000;
+// The gateway ended the connection because the token was revoked or expired (4001), or access it relied on was
+// withdrawn (4003): connecting again with the same token would only be refused, so the page signs in again.
+const ENDED_CODES = new Set([4001, 4003]);
 
 export class GatewayError extends Error {
   constructor(code, message) {
@@ -78,6 +81,11 @@ export class GatewaySocket {
       this.ws = null;
       this.failPending("the connection to the gateway was lost");
       if (this.stopped) return;
+      if (ENDED_CODES.has(event.code)) {
+        this.stopped = true;
+        this.onState({ state: "ended", code: event.code, reason: event.reason });
+        return;
+      }
       const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** this.attempt);
       this.attempt += 1;
       this.onState({ state: "lost", delay, code: event.code });

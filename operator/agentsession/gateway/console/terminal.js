@@ -98,6 +98,9 @@ export class ShellPanel {
     } else if (state === "lost") {
       this.subscribed = false;
       this.say(`Shell connection lost; reconnecting in ${Math.round(delay / 1000)} s…`);
+    } else if (state === "ended") {
+      this.subscribed = false;
+      this.say("The gateway ended the shell connection: your token or access no longer holds.");
     }
   }
 

@@ -214,7 +214,9 @@ HISTORY = Route(
     answer=HistoryResponse,
     query=(_AFTER, QueryParam("limit", "integer", minimum=1)),
 )
-METRICS = Route("metrics", "GET", "/metrics", "Prometheus metrics", media_type="text/plain")
+# Open, like the probes: counters and timings carry no session content, and a scraper can send only a bearer
+# token, which whatever listens on agentctl's port while it restarts would learn.
+METRICS = Route("metrics", "GET", "/metrics", "Prometheus metrics", media_type="text/plain", auth=False)
 OPENAPI = Route("openapi", "GET", "/api/v1/openapi.json", "This document")
 
 ROUTES: tuple[Route, ...] = (

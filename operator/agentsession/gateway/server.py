@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 from aiohttp import WSMessage, WSMsgType, web
 
+from agentsession.agentctl_auth import ReleaseKeyError, TokenDeriver, read_key
 from agentsession.agentctl_client import http_connector
 from agentsession.gateway import console, metrics
 from agentsession.gateway.agents import AgentRegistry
@@ -225,6 +226,11 @@ async def _dev_mode_nagger(interval: float) -> None:
 
 
 def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Application:
+    if config.agentctl_key_file is None:
+        raise ReleaseKeyError(
+            "the gateway needs --agentctl-key-file: the release key agentctl tokens come from"
+        )
+    token_of = TokenDeriver(read_key(config.agentctl_key_file))
     app = web.Application()
     app[CONFIG] = config
     app.router.add_get("/ws", ws_handler)
@@ -249,6 +255,7 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
             cache,
             client,
             http_connector(http),
+            token_of,
             agentctl_host_override=config.agentctl_host_override,
             agentctl_port_override=config.agentctl_port_override,
             init_timeout=config.init_timeout,

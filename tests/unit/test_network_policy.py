@@ -47,7 +47,9 @@ def test_the_policy_admits_only_the_operator_and_the_gateway_to_agentctls_port()
     (rule,) = spec["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": 9999}]
     (peer,) = rule["from"]
-    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "agentsession-system"}}
+    assert peer["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "agentsession-system"}
+    }
     expressions = {e["key"]: e["values"] for e in peer["podSelector"]["matchExpressions"]}
     assert expressions == {
         "app.kubernetes.io/name": ["agentsession"],

@@ -75,14 +75,9 @@ def cluster(kubectl: str, kubeconfig: str) -> Cluster:
     return Cluster(kubectl, kubeconfig)
 
 
-@pytest.fixture
-def namespace(kube_api: Any, namespace_prefix: str) -> Iterator[str]:
-    """A namespace that enforces no Pod Security level, as kube-system does not: the policies must refuse what
-    Pod Security admission would have let through there."""
-    from kubernetes import client
-
+def _unenforced_namespace(kube_api: Any, prefix: str) -> Iterator[str]:
     core = client.CoreV1Api(kube_api)
-    name = f"{namespace_prefix}-{uuid.uuid4().hex[:6]}"
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     labels = {
         "pod-security.kubernetes.io/enforce": "privileged",
         "app.kubernetes.io/part-of": "agentsession-tests",
@@ -91,6 +86,19 @@ def namespace(kube_api: Any, namespace_prefix: str) -> Iterator[str]:
     wait_until(f"service account in {name}", lambda: core.read_namespaced_service_account("default", name))
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(kube_api: Any, namespace_prefix: str) -> Iterator[str]:
+    """The release's: a namespace that enforces no Pod Security level, as kube-system does not, so the policies
+    must refuse what Pod Security admission would have let through there."""
+    yield from _unenforced_namespace(kube_api, namespace_prefix)
+
+
+@pytest.fixture
+def elsewhere(kube_api: Any, namespace_prefix: str) -> Iterator[str]:
+    """Another namespace, which the chart knows nothing of: where cluster scope serves sessions too."""
+    yield from _unenforced_namespace(kube_api, namespace_prefix)
 
 
 @pytest.fixture
@@ -333,12 +341,15 @@ def _kubeconfig_of(cluster: Cluster, account: str, namespace: str, path: Path) -
 
 
 def test_the_operator_does_its_work_within_the_policies(
-    release: Release, kube_api: Any, tmp_path: Path, agentctl_port: int
+    release: Release, elsewhere: str, kube_api: Any, tmp_path: Path, agentctl_port: int
 ) -> None:
-    """Its own account, the chart's RBAC and policies: sessions, pools, suspend all get through, nothing refused."""
-    ns = release.namespace
-    kubeconfig = _kubeconfig_of(release.cluster, release.operator, ns, tmp_path / "operator.kubeconfig")
-    policy = AgentctlNetworkPolicy(name=f"{release.name}-agentsession-agentctl", client_namespace=ns,
+    """Its own account, the chart's RBAC and policies, sessions in a namespace the chart does not know: sessions,
+    the NetworkPolicy that guards them, pools, suspend all get through, nothing is refused."""
+    ns = elsewhere
+    kubeconfig = _kubeconfig_of(
+        release.cluster, release.operator, release.namespace, tmp_path / "op.kubeconfig"
+    )
+    policy = AgentctlNetworkPolicy(name=f"{release.name}-agentsession-agentctl", client_namespace=release.namespace,
                                    client_labels={"app.kubernetes.io/instance": release.name})  # fmt: skip
     sessions = Sessions(kube_api, ns)
     settings = {

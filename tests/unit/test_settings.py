@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings
 from agentsession.agentctl.config import AgentctlSettings, ConfigError, parse_config
 from agentsession.agentctl_api import TOKEN_ENV
 from agentsession.api.models import CABundleSource
-from agentsession.controller.config import AgentProfile, OperatorConfig, Resources
+from agentsession.controller.config import AgentctlNetworkPolicy, AgentProfile, OperatorConfig, Resources
 from agentsession.gateway.config import GatewayConfig, parse_args
 from agentsession.settings import env_name, flag_names, load
 
@@ -46,6 +46,10 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
         "start_timeout_seconds": ("7.5", 7.5),
         "start_retry_seconds": ("2", 2.0),
         "agentctl_host_override": ("127.0.0.1", "127.0.0.1"),
+        "agentctl_network_policy": (
+            '{"name": "guard", "clientNamespace": "ops", "clientLabels": {"app": "x"}}',
+            AgentctlNetworkPolicy(name="guard", client_namespace="ops", client_labels={"app": "x"}),
+        ),
         "agentctl_key_file": ("/var/run/key", Path("/var/run/key")),
         "metrics_port": ("0", 0),
         "metrics_host": ("127.0.0.1", "127.0.0.1"),

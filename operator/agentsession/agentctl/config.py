@@ -27,7 +27,7 @@ def _default_agent_command() -> tuple[str, ...]:
 
 MAX_BODY_BYTES = 1024 * 1024
 
-# agentctl's own settings, the bearer token among them, are its AGENTCTL_* variables. The processes agentctl
+# agentctl's own settings, its token among them, are its AGENTCTL_* variables. The processes agentctl
 # starts (the agent, the workspace shell) run code agentctl does not control and must not act as its clients.
 AGENTCTL_ENV_PREFIX = "AGENTCTL_"
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import aiohttp
 
+from agentsession.agentctl_auth import INSTANCE_HEADER, authorization
+
 TOKEN = "bench-token"
 
 
@@ -38,16 +40,19 @@ def _pct(values: list[float], p: float) -> float:
 
 
 async def _run_burst(
-    http: aiohttp.ClientSession, base: str, ws: aiohttp.ClientWebSocketResponse, count: int, every_us: int
+    http: aiohttp.ClientSession,
+    base: str,
+    instance: str,
+    ws: aiohttp.ClientWebSocketResponse,
+    count: int,
+    every_us: int,
 ) -> dict[str, float]:
     cue = f"__burst {count} every {every_us}us__" if every_us else f"__burst {count}__"
     latencies: list[float] = []
     first = last = 0.0
-    send = asyncio.create_task(
-        http.post(
-            f"{base}/api/v1/acp/prompt", json={"prompt": cue}, headers={"Authorization": f"Bearer {TOKEN}"}
-        )
-    )
+    path = "/api/v1/acp/prompt"
+    signed = {"Authorization": authorization(TOKEN, instance, "POST", path)}
+    send = asyncio.create_task(http.post(base + path, json={"prompt": cue}, headers=signed))
     while True:
         msg = await asyncio.wait_for(ws.receive(), 60)
         now = time.time_ns()
@@ -89,22 +94,28 @@ async def bench(updates: int, paced_us: int) -> dict[str, dict[str, float]]:
         )  # fmt: skip
         try:
             async with aiohttp.ClientSession() as http:
+                instance = ""
                 for _ in range(200):
                     try:
                         async with http.get(f"{base}/health") as r:
+                            instance = r.headers.get(INSTANCE_HEADER, "")
                             if r.status == 200:
                                 break
                     except aiohttp.ClientConnectionError:
                         await asyncio.sleep(0.05)
-                auth = {"Authorization": f"Bearer {TOKEN}"}
-                async with http.post(f"{base}/api/v1/start", json={}, headers=auth) as r:
+
+                def auth(method: str, path: str) -> dict[str, str]:
+                    return {"Authorization": authorization(TOKEN, instance, method, path)}
+
+                start, stream = "/api/v1/start", "/api/v1/acp/stream"
+                async with http.post(base + start, json={}, headers=auth("POST", start)) as r:
                     assert r.status == 200, await r.text()
-                async with http.ws_connect(f"{base}/api/v1/acp/stream", headers=auth) as ws:
-                    await _run_burst(http, base, ws, 200, 0)  # warm-up
+                async with http.ws_connect(base + stream, headers=auth("GET", stream)) as ws:
+                    await _run_burst(http, base, instance, ws, 200, 0)  # warm-up
                     return {
-                        "burst": await _run_burst(http, base, ws, updates, 0),
+                        "burst": await _run_burst(http, base, instance, ws, updates, 0),
                         f"paced_{paced_us}us": await _run_burst(
-                            http, base, ws, max(200, updates // 5), paced_us
+                            http, base, instance, ws, max(200, updates // 5), paced_us
                         ),
                     }
         finally:

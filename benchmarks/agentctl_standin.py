@@ -3,8 +3,9 @@
 Pods on simulated (kwok) nodes run no containers, yet the operator starts ACP through agentctl, and the gateway
 follows each agent's journal. With the operator's and the gateway's `agentctl_host_override` (and port) pointing
 here, every session's agentctl is this process. It answers the routes its clients use (`agentsession.agentctl_routes`,
-bodies from `agentsession.agentctl_api`) with plausible replies: a session is known by its bearer token (any token
-is accepted), `start` is idempotent per token, the agent is always idle, its journal empty, and the update stream
+bodies from `agentsession.agentctl_api`) with plausible replies: a session is known by the key id of the token its
+requests are signed with (any well-formed signature is accepted; the stand-in knows no token), `start` is
+idempotent per session, the agent is always idle, its journal empty, and the update stream
 stays open with nothing to say. `GET /standin/stats` counts the calls, for the benchmark to check.
 
     python -m benchmarks.agentctl_standin --port 9999      # --host 127.0.0.1
@@ -35,6 +36,7 @@ from agentsession.agentctl_api import (
     StartResponse,
     StatusResponse,
 )
+from agentsession.agentctl_auth import INSTANCE_HEADER, BadHeader, parse
 from agentsession.agentctl_routes import (
     AGENT_HEALTH,
     DRAIN,
@@ -48,6 +50,8 @@ from agentsession.agentctl_routes import (
 )
 
 STATS_PATH = "/standin/stats"
+# One instance for every session: the stand-in never restarts within a run.
+STANDIN_INSTANCE = "5ca1e"
 JOURNAL_ID = "standin"
 MODES = [SessionMode(id="ask", name="Ask"), SessionMode(id="code", name="Code")]
 IDENTITY = AgentIdentity(name="agentctl-standin", title="Stand-in agentctl", version="0")
@@ -62,9 +66,12 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return _json(ErrorResponse(error=code, message=message), status)
 
 
-def _token(request: web.Request) -> str:
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
+def _session(request: web.Request) -> str:
+    """The key id the request was signed with: one per token, so one per session; "" when unsigned."""
+    try:
+        return parse(request.headers.get("Authorization", "")).key_id
+    except BadHeader:
+        return ""
 
 
 def _now() -> datetime:
@@ -87,7 +94,7 @@ class Standin:
             body = StartRequest.model_validate_json(await request.text())
         except ValidationError as error:
             return _error(422, "validation_error", str(error))
-        token = _token(request)
+        token = _session(request)
         answer = self.started.get(token)
         if answer is None:
             # The same token (one session) always gets the same ACP session: agentctl's start is idempotent.
@@ -105,7 +112,7 @@ class Standin:
         return _json(answer)
 
     async def status(self, request: web.Request) -> web.Response:
-        started = self.started.get(_token(request))
+        started = self.started.get(_session(request))
         acp = AcpActivity(
             session_id=started.session_id if started else None,
             current_mode_id=started.current_mode_id if started else None,
@@ -174,11 +181,17 @@ def build_app() -> web.Application:
         route = by_path.get(request.path)
         if route is not None:
             standin.calls[route.name] += 1
-            if route.auth and not _token(request):
-                return _error(401, "unauthorized", "a bearer token is required (any token is accepted)")
+            if route.auth and not _session(request):
+                return _error(
+                    401, "unauthorized", "a signed request is required (any token's signature is accepted)"
+                )
         return await handler(request)
 
+    async def announce(_: web.Request, response: web.StreamResponse) -> None:
+        response.headers[INSTANCE_HEADER] = STANDIN_INSTANCE
+
     app = web.Application(middlewares=[count_and_check])
+    app.on_response_prepare.append(announce)
     for route, handler in handlers.items():
         app.router.add_route(route.method, route.path, handler)
     app.router.add_get(STATS_PATH, standin.stats)

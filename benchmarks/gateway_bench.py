@@ -29,6 +29,7 @@ from typing import Any
 
 import aiohttp
 from tests.support.fake_api import FakeApi
+from tests.support.release_key import key_file
 
 BIN = Path(sys.executable).parent
 SESSIONS = 10
@@ -66,6 +67,7 @@ def _spawn_gateway(port: int, kubeconfig: Path, log: Any) -> subprocess.Popen[by
     command = [str(BIN / "agentsession-gateway"), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--kubeconfig", str(kubeconfig), "--insecure-dev-mode", "--log-level", "ERROR"]
     command += ["--metrics-port", "0"]  # nothing here scrapes it, and runs side by side would share its port
+    command += ["--agentctl-key-file", str(key_file())]
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
 
 

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support.release_key import key_file
+
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY, pod_name, token_secret_name
 from agentsession.api.models import AgentSessionSpec
 from agentsession.api.session_ref import SessionRef
@@ -240,6 +242,7 @@ def operator(
         "AGENTSESSION_METRICS_PORT": "0",
         "AGENTSESSION_LIVENESS_PORT": "0",
         "AGENTSESSION_LOG_FORMAT": "json",
+        "AGENTSESSION_AGENTCTL_KEY_FILE": str(key_file()),
         **{f"AGENTSESSION_{key.upper()}": value for key, value in settings.items()},
     }
     if kubeconfig:

@@ -221,7 +221,9 @@ HISTORY = Route(
         QueryParam("limit", "integer", f"At most this many entries (capped at {HISTORY_PAGE_ENTRIES}).", 1),
     ),
 )
-METRICS = Route("metrics", "GET", "/metrics", "Prometheus metrics", media_type="text/plain")
+# Open, like the probes: counters and timings carry no session content, and a scraper can send only a bearer
+# token, which whatever listens on agentctl's port while it restarts would learn.
+METRICS = Route("metrics", "GET", "/metrics", "Prometheus metrics", media_type="text/plain", auth=False)
 OPENAPI = Route("openapi", "GET", "/api/v1/openapi.json", "This document")
 
 ROUTES: tuple[Route, ...] = (

@@ -6,36 +6,21 @@ under `CI` or `AGENTSESSION_REQUIRE_CLUSTER=1` they fail, so a missing tool neve
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from tests.conftest import REPO_ROOT, installed_tool
+from tests.conftest import installed_tool
+from tests.support.chart import CHART, Manifest, render_chart, run_helm
 
-CHART = REPO_ROOT / "charts" / "agentsession"
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
-
-Manifest = dict[str, Any]
+__all__ = ["CHART", "CI_VALUES", "Manifest", "Render", "by_kind", "one", "run_helm"]
 
 
 @pytest.fixture(scope="session")
 def helm() -> str:
     return installed_tool("helm")
-
-
-def run_helm(
-    helm: str, *args: str, timeout: float = 120, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=timeout, check=False)
-    if check and proc.returncode != 0:
-        pytest.fail(
-            f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}", pytrace=False
-        )
-    return proc
 
 
 Render = Callable[..., list[Manifest]]
@@ -45,22 +30,8 @@ Render = Callable[..., list[Manifest]]
 def render(helm: str) -> Render:
     """`render(*values_files, release=..., namespace=..., set=[...], include_crds=False)` → the manifests."""
 
-    def _render(
-        *values_files: Path | str,
-        release: str = "agentsession",
-        namespace: str = "agentsession-system",
-        set: tuple[str, ...] | list[str] = (),
-        include_crds: bool = False,
-    ) -> list[Manifest]:
-        args = ["template", release, str(CHART), "--namespace", namespace]
-        for f in values_files:
-            args += ["-f", str(f)]
-        for s in set:
-            args += ["--set", s]
-        if include_crds:
-            args.append("--include-crds")
-        out = run_helm(helm, *args).stdout
-        return [doc for doc in yaml.safe_load_all(out) if doc]
+    def _render(*values_files: Path | str, **kw: object) -> list[Manifest]:
+        return render_chart(helm, *values_files, **kw)  # type: ignore[arg-type]
 
     return _render
 

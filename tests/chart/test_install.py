@@ -210,11 +210,18 @@ def test_uninstall_leaves_only_the_crd(release: Release, wait_until: Callable[..
     assert uninstall.returncode == 0, uninstall.stderr
     selector = f"app.kubernetes.io/instance={release.name}"
 
-    def leftovers() -> str:
-        kinds = "all,cm,secret,sa,role,rolebinding,networkpolicy,pdb,clusterrole,clusterrolebinding"
-        return release.k("get", kinds, "-A", "-l", selector, "-o", "name").stdout.strip()
+    # The release key is kept (resource-policy keep), so that sessions outliving a reinstall keep their tokens.
+    key = f"secret/{release.name}-agentsession-agentctl-key"
 
-    wait_until("no object of the release left after helm uninstall", lambda: leftovers() == "", timeout=90)
+    def leftovers() -> list[str]:
+        kinds = (
+            "all,cm,secret,sa,role,rolebinding,networkpolicy,pdb,clusterrole,clusterrolebinding,"
+            "validatingadmissionpolicy,validatingadmissionpolicybinding"
+        )
+        return release.k("get", kinds, "-A", "-l", selector, "-o", "name").stdout.split()
+
+    wait_until("no object of the release left after helm uninstall", lambda: leftovers() == [key], timeout=90)
+    release.k("delete", key, "-n", release.namespace)
     # Session pods, token Secrets and PVCs are owned by their session: the garbage collector removes them.
     for ns in (release.namespace, release.sessions):
         wait_until(

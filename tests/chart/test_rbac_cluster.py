@@ -3,20 +3,18 @@ impersonated with `kubectl auth can-i --as`. Each must be able to do its job, an
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.chart.conftest import Render
+from tests.support.chart import RBAC_KINDS, Cluster, accounts, installed
 
 pytestmark = pytest.mark.cluster
 
-RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
 AGS = "agentsessions.agentsession.dev"
 POOLS = "agentsessionpools.agentsession.dev"
 LEASES = "leases.coordination.k8s.io"
@@ -47,6 +45,9 @@ OPERATOR_MUST = [
     ("delete", "persistentvolumeclaims", ()),
     ("create", "events", ()),
     ("list", "events", ()),
+    ("get", "networkpolicies.networking.k8s.io", ()),
+    ("create", "networkpolicies.networking.k8s.io", ()),
+    ("patch", "networkpolicies.networking.k8s.io", ()),
 ]
 OPERATOR_MUST_NOT = [
     ("list", "secrets", ()),
@@ -61,16 +62,20 @@ OPERATOR_MUST_NOT = [
     ("create", "deployments.apps", ()),
     ("create", "serviceaccounts", ("--subresource=token",)),
     ("create", "roles.rbac.authorization.k8s.io", ()),
-    ("create", "networkpolicies.networking.k8s.io", ()),
+    ("delete", "networkpolicies.networking.k8s.io", ()),
+    ("list", "networkpolicies.networking.k8s.io", ()),
+    ("update", "pods", ()),
+    ("create", "pods", ("--subresource=ephemeralcontainers",)),
 ]
 GATEWAY_MUST = [
     ("get", AGS, ()),
     ("list", AGS, ()),
     ("watch", AGS, ()),
     ("patch", AGS, ()),
-    ("get", "secrets", ()),
 ]
+# The gateway derives agentctl tokens from the release key (mounted by the kubelet): no Secret at all.
 GATEWAY_MUST_NOT = [
+    ("get", "secrets", ()),
     ("list", "secrets", ()),
     ("watch", "secrets", ()),
     ("create", "secrets", ()),
@@ -102,32 +107,6 @@ REVIEWS = [
 Check = tuple[
     str, str, str, tuple[str, ...], str | None, bool
 ]  # account, verb, resource, args, namespace, expected
-
-
-class Cluster:
-    def __init__(self, kubectl: str, kubeconfig: str) -> None:
-        self.kubectl = kubectl
-        self.kubeconfig = kubeconfig
-
-    def run(
-        self, *args: str, stdin: str | None = None, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [self.kubectl, "--kubeconfig", self.kubeconfig, *args],
-            input=stdin, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        if check and proc.returncode != 0:
-            pytest.fail(f"kubectl {' '.join(args)} failed:\n{proc.stderr or proc.stdout}", pytrace=False)
-        return proc
-
-    def can_i(
-        self, account: str, verb: str, resource: str, args: tuple[str, ...], namespace: str | None
-    ) -> bool:
-        where = ["--namespace", namespace] if namespace else []
-        proc = self.run("auth", "can-i", verb, resource, *args, *where, f"--as={account}", check=False)
-        answer = proc.stdout.strip()
-        assert answer in ("yes", "no"), f"kubectl auth can-i gave {answer!r}: {proc.stderr}"
-        return answer == "yes"
 
 
 def verify(cluster: Cluster, checks: list[Check]) -> None:
@@ -176,28 +155,15 @@ def make_namespace(kube_api: Any) -> Iterator[Callable[[str], str]]:
 
 
 @pytest.fixture
-def install_rbac(cluster: Cluster, render: Render) -> Iterator[Callable[..., str]]:
+def install_rbac(cluster: Cluster, helm: str) -> Iterator[Callable[..., str]]:
     """Applies only the chart's ServiceAccounts and RBAC objects, under a release name unique to the test."""
-    applied: list[str] = []
+    with ExitStack() as stack:
 
-    def _install(namespace: str, *sets: str) -> str:
-        release = f"rbac-{uuid.uuid4().hex[:6]}"
-        docs = [
-            m for m in render(release=release, namespace=namespace, set=list(sets)) if m["kind"] in RBAC_KINDS
-        ]
-        text = yaml.safe_dump_all(docs)
-        cluster.run("apply", "-f", "-", stdin=text)
-        applied.append(text)
-        return release
+        def _install(namespace: str, *sets: str) -> str:
+            release, _ = stack.enter_context(installed(cluster, helm, namespace, RBAC_KINDS, *sets))
+            return release
 
-    yield _install
-    for text in applied:
-        cluster.run("delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=text, check=False)
-
-
-def _accounts(namespace: str, release: str) -> tuple[str, str]:
-    prefix = f"system:serviceaccount:{namespace}:{release}-agentsession"
-    return f"{prefix}-operator", f"{prefix}-gateway"
+        yield _install
 
 
 def test_cluster_scope(
@@ -205,7 +171,7 @@ def test_cluster_scope(
 ) -> None:
     elsewhere = make_namespace("rbac-other")
     release = install_rbac(namespace)
-    operator, gateway = _accounts(namespace, release)
+    operator, gateway = accounts(namespace, release)
     checks: list[Check] = []
     for ns in (namespace, elsewhere):
         checks += expect(operator, OPERATOR_MUST, ns, True) + expect(operator, OPERATOR_MUST_NOT, ns, False)
@@ -219,6 +185,10 @@ def test_cluster_scope(
         (operator, "watch", "customresourcedefinitions.apiextensions.k8s.io", (), None, True),
         (gateway, "watch", AGS, ("--all-namespaces",), None, True),
         (gateway, "list", "secrets", ("--all-namespaces",), None, False),
+        (gateway, "get", "secrets", ("--all-namespaces",), None, False),
+        (gateway, "get", "secrets", (), "kube-system", False),
+        # The release key is mounted into the gateway's pods by the kubelet: its account cannot read it.
+        (gateway, "get", f"secrets/{release}-agentsession-agentctl-key", (), namespace, False),
         (
             operator,
             "get",
@@ -238,7 +208,7 @@ def test_namespace_scope(
     watched = [make_namespace("rbac-team-a"), make_namespace("rbac-team-b")]
     elsewhere = make_namespace("rbac-other")
     release = install_rbac(namespace, "rbac.scope=namespace", f"watchNamespaces={{{','.join(watched)}}}")
-    operator, gateway = _accounts(namespace, release)
+    operator, gateway = accounts(namespace, release)
     checks: list[Check] = []
     for ns in watched:
         checks += expect(operator, OPERATOR_MUST, ns, True) + expect(operator, OPERATOR_MUST_NOT, ns, False)
@@ -263,7 +233,7 @@ def test_namespace_scope_without_gateway_auth_grants_nothing_cluster_wide(
     cluster: Cluster, install_rbac: Callable[..., str], namespace: str
 ) -> None:
     release = install_rbac(namespace, "rbac.scope=namespace", "gateway.auth.enabled=false")
-    operator, gateway = _accounts(namespace, release)
+    operator, gateway = accounts(namespace, release)
     checks = expect(operator, OPERATOR_MUST, namespace, True) + expect(gateway, GATEWAY_MUST, namespace, True)
     checks += expect(gateway, REVIEWS, None, False)
     verify(cluster, checks)
@@ -277,7 +247,7 @@ def test_a_leader_elected_operator_may_touch_only_its_lease(
     release = install_rbac(
         namespace, "operator.replicas=2", f"rbac.scope={scope}", f"watchNamespaces={{{watched}}}"
     )
-    operator, gateway = _accounts(namespace, release)
+    operator, gateway = accounts(namespace, release)
     lease = f"{LEASES}/{release}-agentsession-operator"
     other = f"{LEASES}/kube-controller-manager"
     checks: list[Check] = [

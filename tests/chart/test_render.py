@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import tarfile
@@ -20,7 +21,14 @@ VALUES_CASES = [pytest.param(None, id="default"), *(pytest.param(f, id=f.stem) f
 NAMESPACE_MODE = CHART / "ci" / "namespace-mode-values.yaml"
 DEV = CHART / "ci" / "dev-values.yaml"
 MONITORING = CHART / "ci" / "monitoring-values.yaml"
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace"}
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "Namespace",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 def _files(values: Path | None) -> list[Path]:
@@ -349,12 +357,95 @@ def test_rbac_grants_no_wildcards_and_no_secret_listing(render: Render, values: 
             if "secrets" in rule["resources"]:
                 # By name only: the operator hands a pool pod's token Secret to its session and deletes those
                 # of pods a pool no longer needs, and never enumerates them.
-                allowed = {"get", "create", "patch", "delete"} if component == "operator" else {"get"}
-                assert set(rule["verbs"]) <= allowed, (component, rule)
+                assert component == "operator", f"the gateway derives tokens and reads no Secret: {rule}"
+                assert set(rule["verbs"]) <= {"get", "create", "patch", "delete"}, rule
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACE_MODE], ids=["cluster", "namespace"])
+def test_the_gateway_is_granted_no_secret_access_anywhere(render: Render, values: Path | None) -> None:
+    """Acceptance: with the defaults, nothing the chart binds to the gateway names Secrets, in any namespace."""
+    manifests = render(*_files(values))
+    gateway_roles = {
+        b["roleRef"]["name"] for b in manifests
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["name"] == "agentsession-gateway" for s in b["subjects"])
+    }  # fmt: skip
+    assert gateway_roles, "the gateway is bound to its roles"
+    for role in manifests:
+        if role["kind"] in ("Role", "ClusterRole") and role["metadata"]["name"] in gateway_roles:
+            for rule in role["rules"]:
+                assert "secrets" not in rule["resources"], rule
+                assert "*" not in rule["resources"], rule
+    # The built-in role the gateway's reviews need grants create on the two review kinds only.
+    assert gateway_roles - {
+        r["metadata"]["name"] for r in manifests if r["kind"] in ("Role", "ClusterRole")
+    } == {"system:auth-delegator"}
+
+
+def test_the_release_key_is_one_secret_mounted_into_both_programs(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifests = render()
+    secret = one(manifests, "Secret", "-agentctl-key")
+    assert secret["metadata"]["namespace"] == "agentsession-system"
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len(base64.b64decode(secret["data"]["key"])) == 64
+    assert render()[manifests.index(secret)]["data"] != secret["data"], "no cluster to look up: a new key"
+    operator, gateway = one(manifests, "Deployment", "-operator"), one(manifests, "Deployment", "-gateway")
+    for deployment in (operator, gateway):
+        (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+        assert volume["secret"]["secretName"] == "agentsession-agentctl-key"
+    config = _operator_config(operator, monkeypatch)
+    assert str(config.agentctl_key_file) == "/var/run/secrets/agentsession.dev/agentctl-key/key"
+    assert (
+        "--agentctl-key-file=/var/run/secrets/agentsession.dev/agentctl-key/key"
+        in _container(gateway, "gateway")["command"]
+    )
+    own = render(set=["agentctlKey.existingSecret=my-key"])
+    assert not [m for m in own if m["kind"] == "Secret"]
+    for deployment in (one(own, "Deployment", "-operator"), one(own, "Deployment", "-gateway")):
+        (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+        assert volume["secret"]["secretName"] == "my-key"
+
+
+def test_the_gateway_policy_lists_every_field_of_a_sessions_spec(render: Render) -> None:
+    """The policy compares each spec field but suspend: a field added to the API must be added to it."""
+    from agentsession.api.models import AgentSessionSpec
+
+    policy = one(render(), "ValidatingAdmissionPolicy", "-gateway-sessions")
+    compared = {
+        m.group(1) for v in policy["spec"]["validations"]
+        if (m := re.search(r"object\.spec\.\?(\w+) == oldObject\.spec\.\?\1", v["expression"]))
+    }  # fmt: skip
+    assert compared == set(AgentSessionSpec.model_fields) - {"suspend"}
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACE_MODE], ids=["cluster", "namespace"])
+def test_admission_policies_bind_the_two_accounts(render: Render, values: Path | None) -> None:
+    manifests = render(*_files(values))
+    policies = {p["metadata"]["name"]: p for p in by_kind(manifests, "ValidatingAdmissionPolicy")}
+    assert set(policies) == {
+        f"agentsession-{name}"
+        for name in ("operator-pods", "operator-secrets", "operator-claims", "operator-network-policies",
+                     "gateway-sessions")
+    }  # fmt: skip
+    bindings = by_kind(manifests, "ValidatingAdmissionPolicyBinding")
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(policies)
+    for binding in bindings:
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert "matchResources" not in binding["spec"], "every namespace, whatever the scope"
+    for name, policy in policies.items():
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        (condition,) = policy["spec"]["matchConditions"]
+        account = "gateway" if "gateway" in name else "operator"
+        assert condition["expression"] == (
+            f"request.userInfo.username == 'system:serviceaccount:agentsession-system:agentsession-{account}'"
+        )
+    assert by_kind(render(set=["rbac.admissionPolicies=false"]), "ValidatingAdmissionPolicy") == []
 
 
 def test_namespace_mode_has_no_cluster_wide_grants(render: Render) -> None:
-    manifests = render(NAMESPACE_MODE)
+    manifests = render(NAMESPACE_MODE, set=["rbac.admissionPolicies=false"])
     assert by_kind(manifests, "ClusterRole") == []
     # The one cluster-wide binding is the gateway's create-only access to token and access reviews.
     (binding,) = by_kind(manifests, "ClusterRoleBinding")
@@ -367,7 +458,7 @@ def test_namespace_mode_has_no_cluster_wide_grants(render: Render) -> None:
 
 
 def test_namespace_mode_without_gateway_auth_needs_no_cluster_objects(render: Render) -> None:
-    manifests = render(NAMESPACE_MODE, set=["gateway.auth.enabled=false"])
+    manifests = render(NAMESPACE_MODE, set=["gateway.auth.enabled=false", "rbac.admissionPolicies=false"])
     assert [m for m in manifests if m["kind"] in CLUSTER_SCOPED] == []
     gateway = one(manifests, "Deployment", "-gateway")
     assert "--insecure-dev-mode" in _container(gateway, "gateway")["command"]
@@ -396,36 +487,35 @@ def test_rbac_create_false_renders_no_rbac(render: Render) -> None:
 
 
 @pytest.mark.parametrize(
-    ("values", "sets", "namespaces"),
-    [
-        (None, [], ["agentsession-system"]),
-        (NAMESPACE_MODE, [], ["team-a", "team-b"]),
-        (None, ["networkPolicy.extraNamespaces={demo}"], ["agentsession-system", "demo"]),
-    ],
-    ids=["cluster", "namespace-mode", "extra"],
+    ("values", "sets"), [(None, []), (NAMESPACE_MODE, [])], ids=["cluster", "namespace-mode"]
 )
-def test_network_policy_admits_only_operator_and_gateway_to_agentctl(
-    render: Render, values: Path | None, sets: list[str], namespaces: list[str]
+def test_the_operator_keeps_the_agentctl_policy_and_may_write_it(
+    render: Render, monkeypatch: pytest.MonkeyPatch, values: Path | None, sets: list[str]
 ) -> None:
-    policies = by_kind(render(*_files(values), set=sets), "NetworkPolicy")
-    assert sorted(p["metadata"]["namespace"] for p in policies) == namespaces
-    for policy in policies:
-        spec = policy["spec"]
-        assert spec["podSelector"]["matchLabels"] == {
-            "app.kubernetes.io/name": "agentsession",
-            "app.kubernetes.io/component": "agent",
-        }
-        assert spec["policyTypes"] == ["Ingress"]
-        (rule,) = spec["ingress"]
-        assert rule["ports"] == [{"protocol": "TCP", "port": 9999}]
-        (peer,) = rule["from"]
-        assert peer["namespaceSelector"]["matchLabels"] == {
-            "kubernetes.io/metadata.name": "agentsession-system"
-        }
-        expressions = {e["key"]: e["values"] for e in peer["podSelector"]["matchExpressions"]}
-        assert expressions["app.kubernetes.io/component"] == ["operator", "gateway"]
-        assert expressions["app.kubernetes.io/instance"] == ["agentsession"]
-    assert by_kind(render(set=["networkPolicy.enabled=false"]), "NetworkPolicy") == []
+    """The operator, not the chart, puts the policy in each namespace where it creates pods (cluster scope serves
+    namespaces the chart cannot list); the chart tells it whom the policy admits."""
+    manifests = render(*_files(values), set=sets)
+    assert by_kind(manifests, "NetworkPolicy") == []
+    config = _operator_config(one(manifests, "Deployment", "-operator"), monkeypatch)
+    policy = config.agentctl_network_policy
+    assert policy is not None
+    assert policy.name == "agentsession-agentctl"
+    assert policy.client_namespace == "agentsession-system"
+    assert policy.client_labels == {
+        "app.kubernetes.io/name": "agentsession",
+        "app.kubernetes.io/instance": "agentsession",
+    }
+    rules = [r for _, r in _rules(manifests, "operator") if "networkpolicies" in r["resources"]]
+    assert rules
+    assert [set(r["verbs"]) for r in rules] == [{"get", "create", "patch"}] * len(rules)
+    # The policy's clients are the chart's own pods: they carry the labels it admits.
+    for name in ("-operator", "-gateway"):
+        labels = one(manifests, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        assert policy.client_labels.items() <= labels.items()
+        assert labels["app.kubernetes.io/component"] in ("operator", "gateway")
+    off = render(set=["networkPolicy.enabled=false"])
+    assert _operator_config(one(off, "Deployment", "-operator"), monkeypatch).agentctl_network_policy is None
+    assert not [r for _, r in _rules(off, "operator") if "networkpolicies" in r["resources"]]
 
 
 def test_gateway_replicas_service_and_disruption_budget(render: Render) -> None:

@@ -18,6 +18,8 @@ import aiohttp
 import pytest
 import websockets
 
+from agentsession.agentctl_auth import INSTANCE_HEADER, authorization
+
 VENV_BIN = Path(sys.executable).parent
 TOKEN = "component-test-token"
 DEFAULT_WAIT = 15.0
@@ -58,18 +60,19 @@ class Agentctl:
     log_path: Path
     http: aiohttp.ClientSession
     token: str = TOKEN
+    instance: str = ""  # what agentctl named itself on /health: signatures are for this process only
     sockets: list[Any] = field(default_factory=list)
 
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+    def signed(self, method: str, path: str) -> dict[str, str]:
+        """The Authorization header of one request (`path` with its query, as sent); new each call."""
+        return {"Authorization": authorization(self.token, self.instance, method, path)}
 
     async def request(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
-        headers = {**self.auth, **kw.pop("headers", {})}
+        headers = {**self.signed(method, path), **kw.pop("headers", {})}
         data = kw.pop("data", None)
         if body is not None:
             data = json.dumps(body)
@@ -97,7 +100,7 @@ class Agentctl:
 
     async def ws(self, path: str) -> Any:
         conn = await websockets.connect(
-            f"ws://127.0.0.1:{self.port}{path}", additional_headers=self.auth, max_size=None
+            f"ws://127.0.0.1:{self.port}{path}", additional_headers=self.signed("GET", path), max_size=None
         )
         self.sockets.append(conn)
         return conn
@@ -170,6 +173,7 @@ async def launch(
             raise AssertionError(f"agentctl exited with {proc.returncode}: {ctl.log()[-2000:]}")
         try:
             async with http.get(f"{ctl.base}/health") as resp:
+                ctl.instance = resp.headers.get(INSTANCE_HEADER, "")
                 return resp.status == 200
         except aiohttp.ClientConnectionError:
             return False

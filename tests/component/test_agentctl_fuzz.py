@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.component.conftest import Agentctl
+from tests.support.agentctl_signing import instance_of, signed
 
 JSON_SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
@@ -92,6 +93,8 @@ def fuzz(base: str, token: str, doc: dict[str, Any], workdir: str) -> Counter[in
             )
         return st.tuples(st.just(method), query.map(lambda q: path + q), body)
 
+    instance = instance_of(base)
+
     @settings(
         max_examples=250,
         deadline=None,
@@ -102,7 +105,7 @@ def fuzz(base: str, token: str, doc: dict[str, Any], workdir: str) -> Counter[in
     def run(req: tuple[str, str, bytes | None]) -> None:
         method, path, body = req
         r = urllib.request.Request(
-            base + path, data=body, method=method, headers={"Authorization": f"Bearer {token}"}
+            base + path, data=body, method=method, headers=signed(token, instance, method, path)
         )
         try:
             with urllib.request.urlopen(r, timeout=30) as resp:

@@ -11,20 +11,26 @@ import aiohttp
 import pytest
 import websockets
 
+from agentsession.agentctl_auth import authorization
 from agentsession.demo_agent.agent import ODD_UPDATES
-from tests.component.conftest import Agentctl, frames_until, update_kind, wait_until
+from tests.component.conftest import TOKEN, Agentctl, frames_until, update_kind, wait_until
 
 AUTH_CASES = [
     ({}, "missing"),
-    ({"Authorization": "Bearer wrong-token"}, "invalid bearer token"),
-    ({"Authorization": "Basic dXNlcjpwYXNz"}, "Bearer scheme"),
-    ({"Authorization": "Bearer"}, "Bearer scheme"),
+    ({"Authorization": f"Bearer {TOKEN}"}, "AgentctlSignature scheme"),
+    ({"Authorization": "Basic dXNlcjpwYXNz"}, "AgentctlSignature scheme"),
+    ({"Authorization": "AgentctlSignature v1"}, "each once"),
+    ({"Authorization": "AgentctlSignature v2 i=1"}, "version"),
+    (
+        {"Authorization": authorization("wrong-token", "0", "GET", "/api/v1/status")},
+        "another agentctl instance",
+    ),
 ]
 
 
 async def test_auth_is_required(agentctl: Agentctl, http: aiohttp.ClientSession) -> None:
     for headers, needle in AUTH_CASES:
-        for method, path in [("GET", "/api/v1/status"), ("POST", "/api/v1/start"), ("GET", "/metrics")]:
+        for method, path in [("GET", "/api/v1/status"), ("POST", "/api/v1/start")]:
             async with http.request(method, agentctl.base + path, headers=headers) as resp:
                 assert resp.status == 401, (path, headers)
                 body = await resp.json()
@@ -36,8 +42,9 @@ async def test_auth_is_required(agentctl: Agentctl, http: aiohttp.ClientSession)
                 f"ws://127.0.0.1:{agentctl.port}/api/v1/acp/stream", additional_headers=headers
             )
         assert info.value.response.status_code == 401
-    async with http.get(agentctl.base + "/health") as resp:
-        assert resp.status == 200
+    for path in ("/health", "/metrics"):  # the probes and the counters need no signature
+        async with http.get(agentctl.base + path) as resp:
+            assert resp.status == 200, path
     assert (await agentctl.status())["state"] == "stopped"  # none of the rejected calls reached the agent
 
 

@@ -14,7 +14,6 @@ Ready whose agentctl is a real agentctl process with the demo agent, one still s
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import time
@@ -36,14 +35,14 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 from websockets.typing import Subprotocol
 
-from agentsession.api.constants import TOKEN_KEY, token_secret_name
 from agentsession.gateway.connection import CLOSE_SLOW_CONSUMER
 from agentsession.gateway.lifecycle_dialect import INBOUND
 from agentsession.gateway.server import MAX_CLIENT_FRAME
 from agentsession.gateway.task_dialect import ACTIONS
-from tests.component.conftest import TOKEN, Agentctl, wait_until
+from tests.component.conftest import Agentctl, wait_until
 from tests.support.fake_api import FakeApi, session_manifest
 from tests.support.gateway import Client, GatewayProcess, gateway_process
+from tests.support.release_key import token_of
 
 LIFECYCLE = "agent-lifecycle.v1"
 TASK = "task-session.v1"
@@ -115,10 +114,10 @@ async def stage(
 
         stack.push_async_callback(stop_gateway)
         # `cat` stands in for the terminal's shell: fuzzed input is echoed, never run.
-        ctl = await spawn("--permission-timeout", "0.5", "--shell", "/bin/cat")
+        # With the token the gateway derives for the session, as the operator would have written it.
+        ctl = await spawn("--permission-timeout", "0.5", "--shell", "/bin/cat", token=token_of(NS, "ready"))
         await ctl.ok("POST", "/api/v1/start", {})
         gateway = await starting
-        api.put_secret(NS, token_secret_name("ready"), {TOKEN_KEY: base64.b64encode(TOKEN.encode()).decode()})
         await api.put(session("ready", ready=True, endpoint=ctl.base))
 
         async def sees_all() -> bool:

@@ -4,7 +4,6 @@ agentctl (the scale benchmarks') answering for all the agents over loopback."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -14,11 +13,12 @@ from aiohttp.test_utils import TestServer
 from benchmarks.agentctl_standin import STATS_PATH
 from benchmarks.agentctl_standin import build_app as standin_app
 
-from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY, token_secret_name
+from agentsession.api.constants import API_VERSION, KIND
 from agentsession.gateway.config import GatewayConfig
 from agentsession.gateway.server import CACHE, build_app
 from agentsession.kube.fake import FakeKube
 from tests.component.conftest import wait_until
+from tests.support.release_key import key_file
 
 NS = "ns"
 AGENTS = 130  # beyond aiohttp's default of 100 connections per client session
@@ -42,16 +42,6 @@ def ready_session(name: str) -> dict[str, object]:
     }
 
 
-def token_secret(name: str) -> dict[str, object]:
-    token = base64.b64encode(f"token-{name}".encode()).decode()
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"namespace": NS, "name": token_secret_name(name)},
-        "data": {TOKEN_KEY: token},
-    }
-
-
 @pytest.fixture
 async def standin() -> AsyncIterator[TestServer]:
     async with TestServer(standin_app()) as server:
@@ -62,9 +52,9 @@ async def test_the_gateway_keeps_an_update_stream_open_to_every_ready_agent(stan
     kube = FakeKube()
     for i in range(AGENTS):
         kube.put(ready_session(f"s{i}"))
-        kube.put(token_secret(f"s{i}"))
     config = GatewayConfig(
         insecure_dev_mode=True,
+        agentctl_key_file=key_file(),
         namespaces=[NS],
         agentctl_host_override="127.0.0.1",
         agentctl_port_override=standin.port,

@@ -19,6 +19,7 @@ from agentsession.gateway.server import CACHE, REGISTRY, build_app
 from agentsession.kube.fake import FakeKube
 from tests.component.conftest import wait_until
 from tests.support.gateway import Client
+from tests.support.release_key import key_file
 
 WAIT = 20.0
 QUEUE_SIZE = 4
@@ -30,7 +31,9 @@ MAX_BROADCASTS = 2000
 
 @pytest.fixture
 async def gateway() -> AsyncIterator[tuple[web.Application, str]]:
-    config = GatewayConfig(insecure_dev_mode=True, queue_size=QUEUE_SIZE, namespaces=["ns"])
+    config = GatewayConfig(
+        insecure_dev_mode=True, queue_size=QUEUE_SIZE, namespaces=["ns"], agentctl_key_file=key_file()
+    )
     app = build_app(config, kube=FakeKube())
     runner = web.AppRunner(app)
     await runner.setup()

@@ -1,7 +1,7 @@
 """A real Prometheus scrapes a real operator, gateway and session pod, and finds every metric the docs name.
 
 Prometheus (the Debian binary) runs on loopback with a generated configuration: static targets for the operator's
-and the gateway's metrics ports, and for agentctl at the session pod's IP with the session's token (the node is
+and the gateway's metrics ports, and for agentctl at the session pod's IP, whose /metrics needs no token (the node is
 this machine, so pod IPs answer from here). After one session started and answered a prompt through the gateway,
 every metric of docs/observability.md is in Prometheus' metadata, and the values that must have moved have.
 """
@@ -73,7 +73,7 @@ def prometheus_process(binary: str, home: Path, config: dict[str, Any]) -> Itera
         stop(proc)
 
 
-def scrape_config(operator: OperatorProcess, gateway_metrics: str, pod_ip: str, token: str) -> dict[str, Any]:
+def scrape_config(operator: OperatorProcess, gateway_metrics: str, pod_ip: str) -> dict[str, Any]:
     def job(name: str, target: str, **extra: Any) -> dict[str, Any]:
         return {"job_name": name, "static_configs": [{"targets": [target]}], **extra}
 
@@ -82,7 +82,8 @@ def scrape_config(operator: OperatorProcess, gateway_metrics: str, pod_ip: str, 
         "scrape_configs": [
             job("operator", urllib.parse.urlsplit(operator.metrics_url).netloc),
             job("gateway", urllib.parse.urlsplit(gateway_metrics).netloc),
-            job("agentctl", f"{pod_ip}:9999", authorization={"type": "Bearer", "credentials": token}),
+            # Open, like its probes: a scraper can send only a bearer token, which agentctl never takes.
+            job("agentctl", f"{pod_ip}:9999"),
         ],
     }
 
@@ -129,7 +130,7 @@ async def test_prometheus_scrapes_every_documented_metric(
         await sessions.until_ready(SESSION)
         await prompt_through_the_gateway(gateway.ws_url, f"{namespace}/{SESSION}")
         pod_ip = sessions.get(SESSION)["status"]["podIP"]
-        config = scrape_config(node_operator, gateway.metrics_url, pod_ip, sessions.token(SESSION))
+        config = scrape_config(node_operator, gateway.metrics_url, pod_ip)
         with prometheus_process(binary, tmp_path / "prometheus", config) as prom:
             every_job_up = {"operator": "up", "gateway": "up", "agentctl": "up"}
             await asyncio.to_thread(

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.gateway.conftest import Client, service_account_token
+from tests.support.agentctl_signing import signed_for
 from tests.support.gateway import of_type
 from tests.support.kube import NOWHERE, Sessions
 from tests.support.processes import OperatorProcess, agentctl_process
@@ -92,8 +93,9 @@ async def test_connect_initialize_prompt_and_permissions(
 
         # The initial prompt's turn may still be running: wait until it has ended, seen through agentctl.
         async def idle() -> bool:
-            async with http.get(f"http://127.0.0.1:{agentctl_port}/api/v1/status",
-                                headers={"Authorization": f"Bearer {secret_token}"}) as resp:  # fmt: skip
+            base, path = f"http://127.0.0.1:{agentctl_port}", "/api/v1/status"
+            headers = await signed_for(http, base, secret_token, "GET", path)
+            async with http.get(base + path, headers=headers) as resp:
                 return not (await resp.json())["acp"]["turn_running"]
 
         deadline = time.monotonic() + 30

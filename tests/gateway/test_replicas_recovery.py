@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.gateway.conftest import Client
 from tests.gateway.tcp_proxy import CuttableProxy, kubeconfig_via
+from tests.support.agentctl_signing import signed_for
 from tests.support.gateway import of_type
 from tests.support.kube import NOWHERE, Sessions
 from tests.support.processes import OperatorProcess, agentctl_process
@@ -40,9 +41,8 @@ def transcript(client: Client, init_index: int) -> list[dict[str, Any]]:
 
 
 async def agentctl_history(http: aiohttp.ClientSession, port: int, token: str) -> list[dict[str, Any]]:
-    async with http.get(
-        f"http://127.0.0.1:{port}/api/v1/history", headers={"Authorization": f"Bearer {token}"}
-    ) as r:
+    base, path = f"http://127.0.0.1:{port}", "/api/v1/history"
+    async with http.get(base + path, headers=await signed_for(http, base, token, "GET", path)) as r:
         entries = (await r.json())["updates"]
     return [e["notification"] for e in entries if e["kind"] == "session_update"]
 

@@ -32,6 +32,7 @@ from agentsession.gateway.status import (
 )
 from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.kube.views import SessionView
+from tests.support.release_key import token_of
 
 
 def session(
@@ -128,7 +129,7 @@ class _OneSession:
 def test_a_mode_update_is_the_live_mode(update: dict[str, Any]) -> None:
     from agentsession.gateway.agents import AgentRegistry, Runtime
 
-    registry = AgentRegistry(_OneSession(session(phase="Ready", ready=True)), None, None)  # type: ignore[arg-type]
+    registry = AgentRegistry(_OneSession(session(phase="Ready", ready=True)), None, None, token_of)  # type: ignore[arg-type]
     rt = Runtime(("ns", "a"))
     rt.connected.set()
     registry.runtimes[rt.key] = rt

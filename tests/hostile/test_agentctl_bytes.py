@@ -105,7 +105,7 @@ class StalledSubscriber:
         writer.write(
             f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-            f"Authorization: {ctl.auth['Authorization']}\r\n\r\n".encode()
+            f"Authorization: {ctl.signed('GET', path)['Authorization']}\r\n\r\n".encode()
         )
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 101"), head

@@ -30,13 +30,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentsession.api.constants import TOKEN_KEY, token_secret_name
 from agentsession.gateway.connection import CLOSE_FORBIDDEN, CLOSE_TOO_MANY_CONNECTIONS, CLOSE_UNAUTHORIZED
-from tests.component.conftest import TOKEN, Agentctl, wait_until
+from tests.component.conftest import Agentctl, wait_until
 from tests.conftest import require_tool
 from tests.support.fake_api import FakeApi, User, session_manifest
 from tests.support.gateway import Client, GatewayProcess, gateway_process
 from tests.support.plugin import PLUGIN_SOURCE
+from tests.support.release_key import token_of
 
 NS = "team"
 TASK = "task-session.v1"
@@ -112,10 +112,6 @@ def _async(probe: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
     return check
 
 
-def put_token_secret(api: FakeApi, name: str) -> None:
-    api.put_secret(NS, token_secret_name(name), {TOKEN_KEY: base64.b64encode(TOKEN.encode()).decode()})
-
-
 @asynccontextmanager
 async def running_gateway(api: FakeApi, tmp: Path, *args: str) -> AsyncIterator[GatewayProcess]:
     # Started (blocking: it polls /readyz) off the loop, which serves the fake API meanwhile.
@@ -142,10 +138,10 @@ async def stage(spawn: Callable[..., Awaitable[Agentctl]], tmp_path: Path) -> As
             )
         )
         api = await stack.enter_async_context(FakeApi().serving())
-        ctl = await spawn("--shell", "/bin/cat")
+        # The gateway derives each session's agentctl token from the release key: `other` shares this agentctl
+        # for what the gateway decides before calling it, and its calls are refused.
+        ctl = await spawn("--shell", "/bin/cat", token=token_of(NS, "ready"))
         await ctl.ok("POST", "/api/v1/start", {})
-        for name in ("ready", "other", "gone"):
-            put_token_secret(api, name)
         await api.put(session_manifest(NS, "ready", ready=True, endpoint=ctl.base))
         await api.put(session_manifest(NS, "other", ready=True, endpoint=ctl.base))
         await api.put(session_manifest(NS, "gone", ready=True, endpoint="http://127.0.0.1:9"))

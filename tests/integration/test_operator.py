@@ -13,6 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import wait_until
+from tests.support.agentctl_signing import instance_of, signed
 from tests.support.kube import NOWHERE, Sessions
 from tests.support.processes import AgentctlProcess, OperatorProcess, agentctl_process
 
@@ -20,8 +21,9 @@ pytestmark = pytest.mark.cluster
 
 
 def history(agentctl: AgentctlProcess, token: str) -> list[dict[str, Any]]:
+    path = "/api/v1/history"
     request = urllib.request.Request(
-        f"{agentctl.url}/api/v1/history", headers={"Authorization": f"Bearer {token}"}
+        agentctl.url + path, headers=signed(token, instance_of(agentctl.url), "GET", path)
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return list(json.load(response)["updates"])

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from tests.support.processes import BIN, free_port, stop, wait_http
+from tests.support.release_key import key_file
 
 WAIT = 30.0
 
@@ -50,7 +51,15 @@ def gateway_process(kubeconfig: str, log: Path, *args: str) -> Iterator[GatewayP
     port, metrics_port = free_port(), free_port()
     command = [str(BIN / "agentsession-gateway"), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port)]
-    command += ["--kubeconfig", kubeconfig, "--log-format", "json", *args]
+    command += [
+        "--kubeconfig",
+        kubeconfig,
+        "--log-format",
+        "json",
+        "--agentctl-key-file",
+        str(key_file()),
+        *args,
+    ]
     with log.open("ab") as sink:
         proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=dict(os.environ))
     try:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.release_key import key_file
+
 BIN = Path(sys.executable).parent
 
 
@@ -108,6 +110,7 @@ def operator_process(
         "AGENTSESSION_METRICS_PORT": str(metrics_port),
         "AGENTSESSION_METRICS_HOST": "127.0.0.1",
         "AGENTSESSION_LOG_FORMAT": "json",
+        "AGENTSESSION_AGENTCTL_KEY_FILE": str(key_file()),
         **{f"AGENTSESSION_{key.upper()}": value for key, value in settings.items()},
     }
     command = [str(BIN / "agentsession-operator"), "--liveness-port", str(liveness_port)]

@@ -5,7 +5,6 @@ status) is played by the test; the cluster tier proves the same on real parts.""
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 
 from agentsession.agentctl_api import StartRequest
 from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector, FakeTurn
-from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
+from agentsession.api.constants import API_VERSION, KIND
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.events import (
     AgentctlReady,
@@ -27,6 +26,7 @@ from agentsession.gateway.events import (
 from agentsession.gateway.watch_cache import SessionCache
 from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS
+from tests.support.release_key import token_of
 
 NS, NAME = "team", "s1"
 KEY = (NS, NAME)
@@ -110,7 +110,7 @@ class Gateway:
         self.kube = FakeKube()
         self.agentctls = FakeAgentctlConnector()
         self.cache = SessionCache(self.kube, [NS], inactivity_timeout=5, server_timeout=60)
-        self.registry = AgentRegistry(self.cache, self.kube, self.agentctls, init_timeout=2.0)
+        self.registry = AgentRegistry(self.cache, self.kube, self.agentctls, token_of, init_timeout=2.0)
         self.client = Client()
         self.registry.subscribers.add(self.client)
 
@@ -125,9 +125,6 @@ class Gateway:
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": NAME, "namespace": NS},
                 "spec": {"agent": {"type": "demo"}, "suspend": suspend}}  # fmt: skip
         await self.kube.create(body)
-        token = base64.b64encode(b"secret-token").decode()
-        await self.kube.create({"apiVersion": "v1", "kind": "Secret", "data": {TOKEN_KEY: token},
-                                "metadata": {"name": f"{NAME}-agentctl-token", "namespace": NS}})  # fmt: skip
         if state:
             await self.operator_writes(**state)
 
@@ -157,7 +154,9 @@ async def test_readiness_is_announced_and_the_update_stream_opened(gateway: Gate
     await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
     ready = [e for e in gateway.client.events if isinstance(e, AgentctlReady)]
     assert [(e.agent_id, e.task_session_id) for e in ready] == [(AGENT, "pod-1")]
-    assert gateway.agentctls.connections[0] == (endpoint("10.0.0.7"), "secret-token")
+    # The token derived from the release key, as the operator derives what it writes: no Secret is read.
+    assert gateway.agentctls.connections[0] == (endpoint("10.0.0.7"), token_of(NS, NAME))
+    assert gateway.kube.verbs("Secret") == []
     assert (await gateway.registry.ready_client(KEY)).endpoint == endpoint("10.0.0.7")
 
 
@@ -329,7 +328,7 @@ async def test_a_replaced_pod_moves_the_stream_to_the_new_agentctl(gateway: Gate
     await until("stream open", lambda: gateway.connected())
     await gateway.operator_writes(ready=True, pod_uid="pod-2", pod_ip="10.0.0.8")
     await until(
-        "new endpoint", lambda: (endpoint("10.0.0.8"), "secret-token") in gateway.agentctls.connections
+        "new endpoint", lambda: (endpoint("10.0.0.8"), token_of(NS, NAME)) in gateway.agentctls.connections
     )
     gateway.agentctl("10.0.0.8").append(
         "session_update", {"update": {"sessionUpdate": "agent_message_chunk"}}

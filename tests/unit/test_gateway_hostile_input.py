@@ -26,6 +26,7 @@ from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.gateway.watch_cache import SessionCache
 from agentsession.kube.fake import FakeKube
 from agentsession.tasks import Supervisor
+from tests.support.release_key import token_of
 
 WAIT = 5.0
 
@@ -92,7 +93,9 @@ async def until(what: str, done: Any) -> None:
 @pytest.fixture
 async def service() -> AsyncIterator[Service]:
     kube = FakeKube()
-    registry = AgentRegistry(SessionCache(kube, ["ns"]), kube, FakeAgentctlConnector(), init_timeout=0.05)
+    registry = AgentRegistry(
+        SessionCache(kube, ["ns"]), kube, FakeAgentctlConnector(), token_of, init_timeout=0.05
+    )
     yield Service(registry)
     await registry.close()
 

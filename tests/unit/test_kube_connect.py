@@ -14,7 +14,8 @@ import pytest
 
 from agentsession.api.constants import TOKEN_KEY, token_secret_name
 from agentsession.kube.client import connect
-from agentsession.kube.ops import read_token
+from agentsession.kube.ops import decode_token
+from agentsession.kube.resources import SECRETS
 from tests.support.fake_api import FakeApi
 
 TOKEN = base64.b64encode(b"secret-token").decode()
@@ -52,7 +53,7 @@ async def test_no_request_consults_the_environment(
     kube = await connect(str(api.kubeconfig(tmp_path / "kubeconfig")))
     try:
         for _ in range(3):
-            assert await read_token(kube, "ns", "s") == "secret-token"
+            assert decode_token(await kube.get(SECRETS, "ns", token_secret_name("s"))) == "secret-token"
     finally:
         await kube.close()
     assert lookups == []
@@ -68,6 +69,6 @@ async def test_a_proxy_named_by_the_environment_carries_the_requests(
     monkeypatch.setenv("HTTP_PROXY", api.url)
     kube = await connect(str(kubeconfig))
     try:
-        assert await read_token(kube, "ns", "s") == "secret-token"
+        assert decode_token(await kube.get(SECRETS, "ns", token_secret_name("s"))) == "secret-token"
     finally:
         await kube.close()

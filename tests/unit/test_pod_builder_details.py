@@ -304,7 +304,8 @@ def test_the_token_secret_holds_the_token_for_agentctl_only() -> None:
     secret = build_token_secret(SESSION, "s3cr3t")
     assert secret["metadata"]["name"] == "fix-bug-agentctl-token"
     assert secret["metadata"]["namespace"] == "team-a"
-    assert secret["type"] == "Opaque"
+    # A type of its own: the only one the operator may create (charts/agentsession/templates/admission-policies.yaml).
+    assert secret["type"] == "agentsession.dev/agentctl-token"
     assert base64.b64decode(secret["data"]["token"]) == b"s3cr3t"
     assert secret["metadata"]["labels"]["app.kubernetes.io/component"] == "agentctl-token"
     assert [ref["uid"] for ref in secret["metadata"]["ownerReferences"]] == ["1234-uid"]

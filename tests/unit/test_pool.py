@@ -21,7 +21,7 @@ class PoolWorld(World):
     def __init__(self, **config: Any) -> None:
         super().__init__(**config)
         self.pools = PoolReconciler(
-            self.config, self.kube, self.pods_labelled, new_token=lambda: "pool-token"
+            self.config, self.kube, self.pods_labelled, lambda namespace, stem: f"token-of-{namespace}-{stem}"
         )
 
     async def make_pool(self, replicas: int = 2, **spec: Any) -> None:

@@ -34,12 +34,14 @@ from agentsession.controller.decisions import (
 from agentsession.controller.pod_builder import build_pod, build_token_secret
 from agentsession.controller.reconciler import Reconciler
 from agentsession.kube.fake import FakeKube
-from agentsession.kube.resources import AGENT_SESSIONS
+from agentsession.kube.resources import AGENT_SESSIONS, SECRETS
 from agentsession.kube.views import SessionView
 
 NS, NAME, POD = "team", "s1", "s1-agent"
 POD_IP = "10.0.0.7"
 ENDPOINT = f"http://{POD_IP}:9999"
+# What the release key gives each stem, here made readable.
+TOKEN = f"token-of-{NS}-{NAME}"
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 
 
@@ -130,13 +132,17 @@ class World:
         self.clock = Clock()
         self.kubelet = Kubelet(self.kube)
         self.config = OperatorConfig(image="agentsession:test", **config)
+        self.restart_operator()
+
+    def restart_operator(self) -> None:
+        """A new reconciler: what the operator remembered (tokens it knows its Secrets hold) is gone."""
         self.reconciler = Reconciler(
             self.config,
             self.kube,
             self.agentctls,
             self.pods_labelled,
+            lambda namespace, stem: f"token-of-{namespace}-{stem}",
             clock=self.clock,
-            new_token=lambda: "token-1",
         )
 
     def pods_labelled(self, namespace: str, label: str, value: str) -> list[dict[str, Any]]:
@@ -212,7 +218,7 @@ async def test_creation_makes_token_pod_and_a_pending_status() -> None:
     assert await world.reconcile() is None
     secret = world.kube.find("Secret", NS, "s1-agentctl-token")
     assert secret is not None
-    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == "token-1"
+    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == TOKEN
     pod = world.kubelet.pod()
     assert pod["metadata"]["ownerReferences"][0]["uid"] == world.session()["metadata"]["uid"]
     assert world.status()["phase"] == "Pending"
@@ -233,18 +239,31 @@ async def test_creation_makes_token_pod_and_a_pending_status() -> None:
     assert "get Secret s1-agentctl-token" not in world.kube.verbs()
 
 
-async def test_a_secret_left_by_a_reconcile_that_died_before_its_status_keeps_its_token() -> None:
+async def test_a_secret_left_by_a_reconcile_that_died_before_its_status_is_kept() -> None:
     world = World()
     await world.apply(prompt="hello")
-    left = build_token_secret(SessionView(world.session()).ref, "token-left")
+    left = build_token_secret(SessionView(world.session()).ref, TOKEN)
     await world.kube.create(left)
+    await world.reconcile()
+    assert "patch Secret s1-agentctl-token" not in world.kube.verbs()
+    world.kubelet.run()
+    await world.reconcile()
+    assert world.agentctls.connections == [(ENDPOINT, TOKEN)]
+
+
+async def test_a_secret_holding_another_token_gets_the_one_the_release_key_gives() -> None:
+    """Written before tokens were derived (or by hand): the pod's agentctl and the gateway must agree on it."""
+    world = World()
+    await world.apply(prompt="hello")
+    await world.reconcile()
+    world.kubelet.run()
+    await world.reconcile()
+    await world.kube.patch(SECRETS, NS, "s1-agentctl-token", {"data": {TOKEN_KEY: "b2xk"}})
+    world.restart_operator()
     await world.reconcile()
     secret = world.kube.find("Secret", NS, "s1-agentctl-token")
     assert secret is not None
-    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == "token-left"
-    world.kubelet.run()
-    await world.reconcile()
-    assert world.agentctls.connections == [(ENDPOINT, "token-left")]
+    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == TOKEN
 
 
 async def test_ready_agentctl_starts_acp_with_the_prompt_once() -> None:
@@ -265,7 +284,7 @@ async def test_ready_agentctl_starts_acp_with_the_prompt_once() -> None:
     assert status["acp"]["sessionId"] == world.agentctl.session_id
     assert status["acp"]["podUID"] == world.kubelet.pod()["metadata"]["uid"]
     assert world.agentctl.current_mode_id == "code"
-    assert world.agentctls.connections == [(ENDPOINT, "token-1")]
+    assert world.agentctls.connections == [(ENDPOINT, TOKEN)]
     starts = [args for call, args in world.agentctl.calls if call == "start"]
     assert len(starts) == 1
     assert starts[0][0].prompt == "hello"
@@ -677,7 +696,7 @@ async def test_children_left_by_an_older_session_of_the_same_name_are_replaced_n
         assert [ref["uid"] for ref in child["metadata"]["ownerReferences"]] == [uid], kind
     secret = world.kube.find("Secret", NS, "s1-agentctl-token")
     assert secret is not None
-    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == "token-1"
+    assert base64.b64decode(secret["data"][TOKEN_KEY]).decode() == TOKEN
     assert world.status()["phase"] == "Pending"
 
 
@@ -728,7 +747,7 @@ async def test_a_pod_running_an_agentctl_image_no_longer_allowed_is_deleted_and_
     # that agentctl anything.
     world.reconciler = Reconciler(
         OperatorConfig(image="agentsession:test"), world.kube, world.agentctls, world.pods_labelled,
-        clock=world.clock, new_token=lambda: "token-1",
+        lambda namespace, stem: f"token-of-{namespace}-{stem}", clock=world.clock,
     )  # fmt: skip
     world.agentctl.calls.clear()
     await world.reconcile()

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings
 from agentsession.agentctl.config import AgentctlSettings, ConfigError, parse_config
 from agentsession.agentctl_api import TOKEN_ENV
 from agentsession.api.models import CABundleSource
-from agentsession.controller.config import AgentProfile, OperatorConfig, Resources
+from agentsession.controller.config import AgentctlNetworkPolicy, AgentProfile, OperatorConfig, Resources
 from agentsession.gateway.config import GatewayConfig, parse_args
 from agentsession.settings import env_name, flag_names, load
 
@@ -49,6 +49,11 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
         "start_timeout_seconds": ("7.5", 7.5),
         "start_retry_seconds": ("2", 2.0),
         "agentctl_host_override": ("127.0.0.1", "127.0.0.1"),
+        "agentctl_network_policy": (
+            '{"name": "guard", "clientNamespace": "ops", "clientLabels": {"app": "x"}}',
+            AgentctlNetworkPolicy(name="guard", client_namespace="ops", client_labels={"app": "x"}),
+        ),
+        "agentctl_key_file": ("/var/run/key", Path("/var/run/key")),
         "metrics_port": ("0", 0),
         "metrics_host": ("127.0.0.1", "127.0.0.1"),
         "liveness_port": ("9081", 9081),
@@ -95,6 +100,7 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
         "watch_inactivity_timeout": ("15", 15.0),
         "watch_server_timeout": ("60", 60),
         "agentctl_host_override": ("127.0.0.1", "127.0.0.1"),
+        "agentctl_key_file": ("/var/run/key", Path("/var/run/key")),
         "agentctl_port_override": ("19999", 19999),
     },
     AgentctlSettings: {
@@ -322,7 +328,7 @@ def test_agentctl_token_file_wins_and_no_auth_needs_none(
         == "from-file"
     )
     monkeypatch.delenv(TOKEN_ENV)
-    with pytest.raises(ConfigError, match="no bearer token"):
+    with pytest.raises(ConfigError, match="no token"):
         parse_config(["--workdir", str(tmp_path)])
     monkeypatch.setenv("AGENTCTL_AUTH", "false")
     assert parse_config(["--workdir", str(tmp_path)]).token is None

@@ -92,11 +92,44 @@ or in namespace scope the release namespace; empty means cluster-wide.
 {{- end }}
 {{- end }}
 
-{{/* Namespaces that hold session pods the chart knows of: where the NetworkPolicy goes. */}}
-{{- define "agentsession.policyNamespaces" -}}
-{{- $watched := include "agentsession.watchNamespaces" . | fromJsonArray }}
-{{- $base := $watched | default (list .Release.Namespace) }}
-{{- toJson (concat $base .Values.networkPolicy.extraNamespaces | uniq) }}
+{{/* The Secret holding the release key every agentctl token is derived from, and where both programs mount it. */}}
+{{- define "agentsession.agentctlKeySecret" -}}
+{{- .Values.agentctlKey.existingSecret | default (printf "%s-agentctl-key" (include "agentsession.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "agentsession.agentctlKeyDir" -}}
+/var/run/secrets/agentsession.dev/agentctl-key
+{{- end }}
+
+{{/* The volume of that Secret, for the operator's and the gateway's pods. */}}
+{{- define "agentsession.agentctlKeyVolume" -}}
+- name: agentctl-key
+  secret:
+    secretName: {{ include "agentsession.agentctlKeySecret" . }}
+    items:
+      - key: key
+        path: key
+    defaultMode: 0440
+{{- end }}
+
+{{/* The NetworkPolicy the operator keeps in each namespace with session pods (AGENTSESSION_AGENTCTL_NETWORK_POLICY). */}}
+{{- define "agentsession.agentctlNetworkPolicy" -}}
+{{- $clients := dict "app.kubernetes.io/name" (include "agentsession.name" .) "app.kubernetes.io/instance" .Release.Name }}
+{{- toJson (dict "name" (printf "%s-agentctl" (include "agentsession.fullname" .) | trunc 63 | trimSuffix "-") "clientNamespace" .Release.Namespace "clientLabels" $clients) }}
+{{- end }}
+
+{{/* The fields of an AgentSession's spec (api/models.py AgentSessionSpec; a chart test keeps the two equal). */}}
+{{- define "agentsession.sessionSpecFields" -}}
+["agent", "agentctl", "workspace", "title", "cwd", "mode", "prompt", "suspend", "lifecycle", "podTemplate", "poolRef"]
+{{- end }}
+
+{{/* `system:serviceaccount:<namespace>:<name>`: how the API server names a service account's requests. */}}
+{{- define "agentsession.operator.username" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "agentsession.operator.serviceAccountName" .) }}
+{{- end }}
+
+{{- define "agentsession.gateway.username" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "agentsession.gateway.serviceAccountName" .) }}
 {{- end }}
 
 {{/* Rules shared by the operator's ClusterRole (scope=cluster) and its per-namespace Roles. */}}
@@ -119,7 +152,8 @@ or in namespace scope the release namespace; empty means cluster-wide.
   resources: [pods]
   verbs: [get, list, watch, create, patch, delete]
 # Only the agentctl token Secrets of sessions and pool pods, which it creates and reads back by name; delete:
-# a pool that shrinks removes its unclaimed pods' Secrets.
+# a pool that shrinks removes its unclaimed pods' Secrets. Writes are bounded to its own Secrets by an admission
+# policy (admission-policies.yaml); reads cannot be, so namespace scope is the bound for them.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, patch, delete]
@@ -130,17 +164,20 @@ or in namespace scope the release namespace; empty means cluster-wide.
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, list]
+{{- if .Values.networkPolicy.enabled }}
+# The NetworkPolicy that guards agentctl, in each namespace where it creates pods: created, read back, put back.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch]
+{{- end }}
 {{- end }}
 
 {{- define "agentsession.gatewayRules" -}}
-# patch: a client's initialize request unsuspends a dormant session.
+# patch: a client's initialize (or suspend) request sets spec.suspend, and nothing else (an admission policy,
+# admission-policies.yaml, refuses any other change). No Secrets: agentctl tokens are derived from the release key.
 - apiGroups: [agentsession.dev]
   resources: [agentsessions]
   verbs: [get, list, watch, patch]
-# The agentctl bearer token of a session, read by name; never listed.
-- apiGroups: [""]
-  resources: [secrets]
-  verbs: [get]
 {{- end }}
 
 {{- /* Agent profiles for AGENTSESSION_AGENT_PROFILES: the values' fields, with each empty image derived from

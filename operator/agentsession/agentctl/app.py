@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from agentsession.agentctl import routes_acp, routes_control, routes_permissions, routes_shell, ws_streams
+from agentsession.agentctl.authentication import Verifier
 from agentsession.agentctl.binding import Handlers, register
 from agentsession.agentctl.config import Config
 from agentsession.agentctl.drain import clear_stop_files, serve_stop_requests
 from agentsession.agentctl.http_common import json_ok
-from agentsession.agentctl.middleware import OPEN_PATHS, Handler, make_middlewares
+from agentsession.agentctl.middleware import OPEN_PATHS, Handler, announce_instance, make_middlewares
 from agentsession.agentctl.openapi import build_openapi
 from agentsession.agentctl.services import SERVICES, Services, preload_acp
 from agentsession.agentctl.transport_fifo import FifoTransport
@@ -28,6 +29,7 @@ async def prepare_agent(svc: Services) -> None:
 
 def create_app(config: Config, svc: Services | None = None) -> web.Application:
     svc = svc or Services.build(config)
+    verifier = Verifier(config.token) if config.token is not None else None
 
     @web.middleware
     async def acp_loaded(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -39,12 +41,14 @@ def create_app(config: Config, svc: Services | None = None) -> web.Application:
 
     app = web.Application(
         middlewares=[
-            *make_middlewares(config.token, config.max_body_bytes, svc.metrics),
+            *make_middlewares(verifier, config.max_body_bytes, svc.metrics),
             acp_loaded,
         ],
         client_max_size=config.max_body_bytes,
     )
     app[SERVICES] = svc
+    if verifier is not None:
+        announce_instance(app, verifier)
     document = build_openapi()
     own = Handlers()
 

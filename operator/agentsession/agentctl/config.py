@@ -27,7 +27,7 @@ def _default_agent_command() -> tuple[str, ...]:
 
 MAX_BODY_BYTES = 1024 * 1024
 
-# agentctl's own settings, the bearer token among them, are its AGENTCTL_* variables. The processes agentctl
+# agentctl's own settings, its token among them, are its AGENTCTL_* variables. The processes agentctl
 # starts (the agent, the workspace shell) run code agentctl does not control and must not act as its clients.
 AGENTCTL_ENV_PREFIX = "AGENTCTL_"
 
@@ -97,15 +97,13 @@ class AgentctlSettings(BaseSettings):
     )
     token: SecretStr | None = Field(
         default=None,
-        description="Bearer token every client must send; the variable or token_file keeps it out of "
-        "the process list.",
+        description="Token every client signs its requests with (never sent); the variable or token_file "
+        "keeps it out of the process list.",
     )
-    token_file: Path | None = Field(
-        default=None, description="File holding the bearer token; wins over token."
-    )
+    token_file: Path | None = Field(default=None, description="File holding the token; wins over token.")
     auth: bool = Field(
         default=True,
-        description="Require the bearer token; --no-auth serves without one (local development only).",
+        description="Require signed requests; --no-auth serves without them (local development only).",
     )
     permission_timeout: float = Field(
         default=300.0, description="Seconds a permission request waits for an answer before it is cancelled."
@@ -155,7 +153,7 @@ def _read_token(settings: AgentctlSettings) -> str | None:
         return token
     if not settings.auth:
         return None
-    raise ConfigError(f"no bearer token: set ${TOKEN_ENV} or --token-file (or pass --no-auth for local use)")
+    raise ConfigError(f"no token: set ${TOKEN_ENV} or --token-file (or pass --no-auth for local use)")
 
 
 def parse_config(argv: Sequence[str] | None = None) -> Config:

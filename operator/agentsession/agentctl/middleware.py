@@ -1,17 +1,18 @@
-"""Errors in one JSON shape, bearer-token auth, request size limit, request metrics."""
+"""Errors in one JSON shape, signed-request auth, request size limit, request metrics."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from agentsession.agentctl.authentication import Verifier
 from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.http_common import dumps
 from agentsession.agentctl.metrics import Metrics
 from agentsession.agentctl_api import ErrorResponse
+from agentsession.agentctl_auth import INSTANCE_HEADER, SCHEME
 from agentsession.agentctl_routes import ROUTES
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
     422: "validation_error",
     426: "upgrade_required",
+    429: "too_many_requests",
 }
 
 
@@ -37,7 +39,7 @@ def error_response(status: int, code: str, message: str, **details: object) -> w
     body = ErrorResponse(error=code, message=message, **details).model_dump(exclude_none=True)
     resp = web.json_response(body, status=status, dumps=dumps)
     if status == 401:
-        resp.headers["WWW-Authenticate"] = 'Bearer realm="agentctl"'
+        resp.headers["WWW-Authenticate"] = f'{SCHEME} realm="agentctl"'
     return resp
 
 
@@ -54,7 +56,9 @@ def _http_message(request: web.Request, exc: web.HTTPException, max_body: int) -
     return exc.text or exc.reason
 
 
-def make_middlewares(token: str | None, max_body: int, metrics: Metrics) -> list[web.middleware]:  # type: ignore[valid-type]
+def make_middlewares(verifier: Verifier | None, max_body: int, metrics: Metrics) -> list[web.middleware]:  # type: ignore[valid-type]
+    """`verifier` None serves without authentication (--no-auth, local development only)."""
+
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         route = (
@@ -87,16 +91,19 @@ def make_middlewares(token: str | None, max_body: int, metrics: Metrics) -> list
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is None or request.path in OPEN_PATHS:
-            return await handler(request)
-        header = request.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        if not header:
-            raise ApiError(401, "unauthorized", "missing 'Authorization: Bearer <token>' header")
-        if scheme.lower() != "bearer" or not given:
-            raise ApiError(401, "unauthorized", "the Authorization header must use the Bearer scheme")
-        if not hmac.compare_digest(given.strip().encode(), token.encode()):
-            raise ApiError(401, "unauthorized", "invalid bearer token")
+        if verifier is not None and request.path not in OPEN_PATHS:
+            # raw_path: the path and query exactly as the client sent and signed them.
+            verifier.check(request.headers.get("Authorization"), request.method, request.raw_path)
         return await handler(request)
 
     return [errors, auth, limits]
+
+
+def announce_instance(app: web.Application, verifier: Verifier) -> None:
+    """Every answer, WebSocket handshakes and refusals included, names this agentctl's instance: what clients
+    sign for."""
+
+    async def on_prepare(_: web.Request, response: web.StreamResponse) -> None:
+        response.headers[INSTANCE_HEADER] = verifier.instance
+
+    app.on_response_prepare.append(on_prepare)

@@ -8,9 +8,22 @@ from pydantic import BaseModel
 
 from agentsession.agentctl import __version__
 from agentsession.agentctl_api import ErrorResponse, JournalEntry
+from agentsession.agentctl_auth import INSTANCE_HEADER, SCHEME, VERSION, WINDOW_SECONDS
 from agentsession.agentctl_routes import ROUTES, QueryParam, Route
 
 REF = "#/components/schemas/{model}"
+SIGNATURE_SCHEME = {
+    "type": "http",
+    "scheme": SCHEME,
+    "description": (
+        f"`Authorization: {SCHEME} {VERSION} i=<instance>,k=<key id>,t=<unix seconds>,n=<nonce>,s=<signature>`: "
+        f"`i` is the `{INSTANCE_HEADER}` header of any answer (GET /health gives one without authentication), "
+        "`k` the first 16 hex digits of HMAC-SHA256(token, 'agentsession.dev/agentctl-key-id/v1'), `n` 16 to 32 "
+        "random bytes in hex, never used twice, and `s` the hex HMAC-SHA256, keyed with the token, of the lines "
+        f"'{SCHEME} {VERSION}', i, METHOD, path with query as sent, t, n (joined by newlines). `t` must be "
+        f"within {WINDOW_SECONDS} s of agentctl's clock. The token itself is never sent."
+    ),
+}
 
 _OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 
@@ -65,7 +78,8 @@ def _operation(route: Route) -> dict[str, Any]:
         op["parameters"] = [_parameter(p) for p in route.query]
         responses.setdefault("400", _error("Bad query parameter"))
     if route.auth:
-        responses["401"] = _error("Missing or wrong bearer token")
+        responses["401"] = _error("Missing, wrong, stale or replayed signature")
+        responses["429"] = _error("Too many signed requests within the signature window")
     else:
         op["security"] = []
     for status, text in route.errors.items():
@@ -102,8 +116,8 @@ def build_openapi() -> dict[str, Any]:
         },
         "components": {
             "schemas": schemas,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {"signature": SIGNATURE_SCHEME},
         },
-        "security": [{"bearer": []}],
+        "security": [{"signature": []}],
         "paths": paths,
     }

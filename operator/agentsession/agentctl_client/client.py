@@ -45,6 +45,7 @@ from agentsession.agentctl_api import (
     StartResponse,
     StatusResponse,
 )
+from agentsession.agentctl_client.signing import Instances, Signer
 from agentsession.agentctl_routes import (
     CANCEL,
     DRAIN,
@@ -194,11 +195,13 @@ class AgentctlClient:
         *,
         timeout: float = 30.0,
         on_call: CallObserver | None = None,
+        instances: Instances | None = None,
     ) -> None:
         self._http = http
         self.endpoint = endpoint.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # Requests are signed, never carry the token: see agentsession.agentctl_auth.
+        self._signer = Signer(http, self.endpoint, token, instances or Instances(), self._timeout)
         self._on_call = on_call
 
     async def start(self, request: StartRequest) -> StartResponse:
@@ -291,14 +294,11 @@ class AgentctlClient:
         outcome = "error"
         try:
             try:
-                async with self._http.request(
-                    route.method,
-                    self.endpoint + path,
-                    json=body,
-                    headers=self._headers,
-                    timeout=within or self._timeout,
-                ) as response:
-                    status, raw = response.status, await _read_capped(response, cap)
+                status, raw, renewed = await self._send(
+                    route.method, path, body, within or self._timeout, cap
+                )
+                if renewed:
+                    status, raw, _ = await self._send(route.method, path, body, within or self._timeout, cap)
             except (aiohttp.ClientError, TimeoutError) as error:
                 raise AgentctlError(route.name, self.endpoint, _failure(error), path=path) from error
             if raw is None:
@@ -325,6 +325,22 @@ class AgentctlClient:
             if self._on_call is not None:
                 self._on_call(route.name, outcome, time.monotonic() - started)
 
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, object] | None,
+        within: aiohttp.ClientTimeout,
+        cap: int,
+    ) -> tuple[int, bytes | None, bool]:
+        """(status, body or None when it is over `cap`, whether agentctl refused it as another instance than the
+        one signed for)."""
+        url = self.endpoint + path
+        headers = await self._signer.headers(method, url)
+        async with self._http.request(method, url, json=body, headers=headers, timeout=within) as response:
+            status, raw = response.status, await _read_capped(response, cap)
+            return status, raw, self._signer.renewed(status, response.headers)
+
     def _refusal(self, route: Route, path: str, status: int, text: str) -> AgentctlError:
         try:
             error = ErrorResponse.model_validate_json(text)
@@ -348,9 +364,12 @@ class AgentctlClient:
         path = self._path(route, query)
         url = "ws" + self.endpoint.removeprefix("http") + path
         try:
-            ws = await self._http.ws_connect(
-                url, headers=self._headers, heartbeat=HEARTBEAT_SECONDS, max_msg_size=max_frame
-            )
+            try:
+                ws = await self._connect(url, max_frame)
+            except aiohttp.WSServerHandshakeError as error:
+                if not self._signer.renewed(error.status, error.headers):
+                    raise
+                ws = await self._connect(url, max_frame)
         except aiohttp.WSServerHandshakeError as error:
             raise AgentctlError(
                 route.name, self.endpoint, error.message, path=path, status=error.status, code=UPGRADE_REFUSED
@@ -359,6 +378,12 @@ class AgentctlClient:
             raise AgentctlError(route.name, self.endpoint, _failure(error), path=path) from error
         async with ws:
             yield ws
+
+    async def _connect(self, url: str, max_frame: int) -> aiohttp.ClientWebSocketResponse:
+        headers = await self._signer.headers("GET", url)
+        return await self._http.ws_connect(
+            url, headers=headers, heartbeat=HEARTBEAT_SECONDS, max_msg_size=max_frame
+        )
 
 
 async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes | None:
@@ -430,9 +455,11 @@ class _Shell:
 def http_connector(
     http: aiohttp.ClientSession, *, timeout: float = 30.0, on_call: CallObserver | None = None
 ) -> AgentctlConnector:
-    """The connector of real agentctls: a client per (endpoint, token), all on one aiohttp session."""
+    """The connector of real agentctls: a client per (endpoint, token), all on one aiohttp session, which share
+    what each agentctl said its instance is."""
+    instances = Instances()
 
     def connect(endpoint: str, token: str) -> AgentctlApi:
-        return AgentctlClient(http, endpoint, token, timeout=timeout, on_call=on_call)
+        return AgentctlClient(http, endpoint, token, timeout=timeout, on_call=on_call, instances=instances)
 
     return connect

@@ -37,6 +37,8 @@ MAX_POOL_NAME_LENGTH: Final = MAX_NAME_LENGTH - MEMBER_SUFFIX_LENGTH - 1
 AGENTCTL_CONTAINER: Final = "agentctl"
 AGENT_CONTAINER: Final = "agent"
 TOKEN_KEY: Final = "token"
+# The type of the agentctl token Secrets: the one type the operator may create (an admission policy says so).
+TOKEN_SECRET_TYPE: Final = f"{GROUP}/agentctl-token"
 FIFO_DIR: Final = "/run/agentctl"
 # agentctl's own directory in a pod: its journal and session record, and the terminal's HOME. Only agentctl's
 # container mounts it.

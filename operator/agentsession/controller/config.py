@@ -4,6 +4,7 @@ sets the variables."""
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from kubernetes.utils.quantity import parse_quantity
@@ -50,6 +51,18 @@ class AgentProfile(_Settings):
         description="Variables naming directories the agent needs to exist; made before it starts.",
     )
     model: ModelWiring | None = None
+
+
+class AgentctlNetworkPolicy(_Settings):
+    """The NetworkPolicy the operator keeps in each namespace where it runs session pods: agentctl's port admits
+    only the operator's and the gateway's pods."""
+
+    name: ObjectName = Field(description="Name of the NetworkPolicy in each namespace.")
+    client_namespace: ObjectName = Field(description="Namespace of the operator's and the gateway's pods.")
+    client_labels: dict[str, str] = Field(
+        min_length=1,
+        description="Labels the operator's and the gateway's pods carry (besides their component label).",
+    )
 
 
 class Resources(BaseModel):
@@ -188,6 +201,16 @@ class OperatorConfig(BaseSettings):
     agentctl_host_override: str | None = Field(
         default=None,
         description="Reach every agentctl at this host instead of the pod IP (for local testing).",
+    )
+    agentctl_network_policy: AgentctlNetworkPolicy | None = Field(
+        default=None,
+        description="Keep this NetworkPolicy in every namespace with session pods, so that only the operator "
+        "and the gateway reach agentctl; unset: none (the chart sets it unless networkPolicy.enabled is false).",
+    )
+    agentctl_key_file: Path | None = Field(
+        default=None,
+        description="File holding the release key each agentctl's token is derived from (the gateway reads "
+        "the same one); required. The chart mounts its Secret `<release>-agentctl-key` there.",
     )
     metrics_port: int = Field(
         default=8080, ge=0, le=65535, description="Port of the Prometheus `/metrics` endpoint; 0 disables it."

@@ -177,7 +177,8 @@ def observation(observed: Observed, config: OperatorConfig, **changes: Any) -> O
     return Observation(**values)
 
 
-def decide(observed: Observed, config: OperatorConfig, new_token: Callable[[], str]) -> Plan:
+def decide(observed: Observed, config: OperatorConfig, token: Callable[[], str]) -> Plan:
+    """`token` gives the token the session's Secret must hold (derived from the release key)."""
     if observed.session.deleting:
         # Children go with their owner (garbage collection); nothing is created for a session on its way out.
         return Plan(())
@@ -195,7 +196,7 @@ def decide(observed: Observed, config: OperatorConfig, new_token: Callable[[], s
     if start is not None and start.reason is not None:
         actions.append(PostEvent(Event("Normal", start.reason, start.message or "")))
     if observed.token is None:
-        actions.append(CreateChild(build_token_secret(session, new_token())))
+        actions.append(CreateChild(build_token_secret(session, token())))
     try:
         claim = build_workspace_claim(session, spec)
         if claim is not None:

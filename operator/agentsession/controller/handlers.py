@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import kopf
 
+from agentsession.agentctl_auth import TokenDeriver, read_key
 from agentsession.agentctl_client import http_connector
 from agentsession.api.constants import (
     GROUP,
@@ -149,8 +150,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     def pod_lookup(namespace: str, label: str, value: str) -> list[dict[str, Any]]:
         return [unpacked_pod(packed) for packed in indexes[label].get((namespace, value), [])]
 
-    reconciler = Reconciler(config, kube, agentctl, pod_lookup)
-    pools = PoolReconciler(config, kube, pod_lookup)
+    # main() checked the key file already.
+    assert config.agentctl_key_file is not None
+    token_of = TokenDeriver(read_key(config.agentctl_key_file))
+    reconciler = Reconciler(config, kube, agentctl, pod_lookup, token_of)
+    pools = PoolReconciler(config, kube, pod_lookup, token_of)
     memo["state"] = OperatorState(
         config=config,
         kube=kube,

@@ -40,6 +40,7 @@ from agentsession.api.constants import (
     STOP_REQUEST_FILE,
     STOPPED_FILE,
     TOKEN_KEY,
+    TOKEN_SECRET_TYPE,
     pod_name,
     token_secret_name,
     workspace_claim_name,
@@ -176,7 +177,7 @@ def build_token_secret(session: SessionRef, token: str) -> Manifest:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _metadata(session, token_secret_name(session.children), "agentctl-token"),
-        "type": "Opaque",
+        "type": TOKEN_SECRET_TYPE,
         "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }
 

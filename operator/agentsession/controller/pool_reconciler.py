@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
-from collections.abc import Callable
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -26,6 +24,7 @@ from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionPoolSpec, AgentSessionPoolStatus
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
+from agentsession.controller.network_policy import policy_keeper
 from agentsession.controller.pod_builder import SpecError
 from agentsession.controller.pool_builder import (
     PoolRef,
@@ -36,7 +35,7 @@ from agentsession.controller.pool_builder import (
     stem_of,
     surplus,
 )
-from agentsession.controller.reconciler import PodLookup
+from agentsession.controller.reconciler import PodLookup, TokenOf
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError, NotFound
 from agentsession.kube.ops import create_or_read
@@ -60,12 +59,13 @@ class PoolReconciler:
         config: OperatorConfig,
         kube: Kube,
         pod_lookup: PodLookup,
-        new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
+        token_of: TokenOf,
     ) -> None:
         self._config = config
         self._kube = kube
         self._pods = pod_lookup
-        self._new_token = new_token
+        self._token_of = token_of
+        self._policies = policy_keeper(config, kube)
         # Members whose refill time was observed already (their Ready is seen on every later event too).
         self._refilled: set[str] = set()
 
@@ -117,7 +117,12 @@ class PoolReconciler:
         return None
 
     async def _add(self, pool: PoolRef, spec: AgentSessionPoolSpec) -> Manifest:
-        children = build_member(pool, new_stem(pool.name), spec.template, self._config, self._new_token())
+        if self._policies is not None:
+            await self._policies.ensure(pool.namespace)
+        stem = new_stem(pool.name)
+        # Named after the stem, which the claiming session keeps: its token is the same before and after a claim.
+        token = self._token_of(pool.namespace, stem)
+        children = build_member(pool, stem, spec.template, self._config, token)
         pod: Manifest = {}
         for child in children:
             pod, _ = await create_or_read(self._kube, child)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -59,6 +58,7 @@ from agentsession.controller.decisions import (
     requeue_after,
     wants_activity,
 )
+from agentsession.controller.network_policy import policy_keeper
 from agentsession.controller.pool_builder import adopt_patch, claim_patch, stem_of
 from agentsession.controller.rejections import Rejection, rejection
 from agentsession.controller.status_mapper import (
@@ -78,6 +78,8 @@ from agentsession.kube.views import ChildView, EventView, PodView, SessionView
 
 # The pods of a namespace that carry a label with a value, from the operator's watch (kopf's indexes).
 PodLookup = Callable[[str, str, str], list[Manifest]]
+# The agentctl token of the children named after a stem in a namespace (`agentctl_auth.TokenDeriver`).
+TokenOf = Callable[[str, str], str]
 log = logging.getLogger(__name__)
 CLAIM_RETRY_SECONDS = 0.2
 
@@ -117,17 +119,19 @@ class Reconciler:
         kube: Kube,
         agentctl: AgentctlConnector,
         pod_lookup: PodLookup,
+        token_of: TokenOf,
         clock: Callable[[], datetime] = utc_now,
-        new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
     ) -> None:
         self._config = config
         self._kube = kube
         self._agentctl = agentctl
         self._pod_lookup = pod_lookup
+        self._token_of = token_of
         self._clock = clock
-        self._new_token = new_token
+        self._policies = policy_keeper(config, kube)
         self._phases: dict[tuple[str, str], Phase] = {}
-        # A session's token never changes while the session lives: read once per session uid, not per reconcile.
+        # A session's token never changes while the session lives: its Secret is read once per session uid, to
+        # know that it holds the token, not per reconcile.
         self._tokens: dict[tuple[str, str], tuple[str, str]] = {}
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
@@ -147,7 +151,8 @@ class Reconciler:
             self._set_phase((namespace, name), None)
             self._tokens.pop((namespace, name), None)
             return None
-        plan = decide(observed, self._config, self._new_token)
+        ref = observed.ref
+        plan = decide(observed, self._config, lambda: self._token_of(ref.namespace, ref.children))
         if plan.start is not None and plan.start.pool and plan.start.reason:
             metrics.POOL_MISSES.labels(pool=plan.start.pool, reason=plan.start.reason).inc()
         written = observed.session.status
@@ -260,11 +265,14 @@ class Reconciler:
             # An older session's, on its way out: this session gets its own (`_create_child`).
             return None
         token = decode_token(secret)
+        if token != self._token_of(session.namespace, stem):
+            # Written before the release key (or by hand): the plan writes the derived one (`_create_child`).
+            return None
         self._tokens[session.key] = (session.uid, token)
         return token
 
     def _refused_token(self, session: SessionView, error: AgentctlError) -> None:
-        """agentctl refusing the token means the Secret was replaced: read it again next time."""
+        """agentctl refusing the token means the Secret was changed: read it again next time."""
         if error.status == 401:
             self._tokens.pop(session.key, None)
 
@@ -278,6 +286,8 @@ class Reconciler:
         for action in plan.actions:
             if isinstance(action, CreateChild):
                 try:
+                    if action.manifest["kind"] == "Pod" and self._policies is not None:
+                        await self._policies.ensure(session.namespace)
                     obj, created = await self._create_child(session, action.manifest)
                 except KubeError as error:
                     outcome.rejection = rejection(error.kind, error.status, error.api_message)
@@ -325,7 +335,7 @@ class Reconciler:
         obj, created = await create_or_read(self._kube, manifest)
         stale = ChildView(obj)
         if created or not stale.held_by_another_session(session.uid):
-            return obj, created
+            return await self._same_token(obj, manifest), created
         log.info("%s %s/%s belongs to an older session of this name; replacing it", obj["kind"], *stale.key)
         with contextlib.suppress(NotFound, Conflict):
             await self._kube.delete(resource_of(obj), stale.namespace, stale.name, uid=stale.uid)
@@ -335,6 +345,17 @@ class Reconciler:
             raise KubeError(f"{obj['kind']} {stale.namespace}/{stale.name} of an older session of this name "
                             "is still being deleted; will retry", kind=obj["kind"])  # fmt: skip
         return obj, created
+
+    async def _same_token(self, obj: Manifest, manifest: Manifest) -> Manifest:
+        """A token Secret of this session that holds another token than the derived one gets the derived one (the
+        pod's agentctl reads it when it starts next; until then it refuses the signatures)."""
+        if obj["kind"] != "Secret" or decode_token(obj) == decode_token(manifest):
+            return obj
+        log.info(
+            "token Secret %s/%s holds another token than the release key gives; rewriting it",
+            *ChildView(obj).key,
+        )
+        return await self._kube.patch(SECRETS, *ChildView(obj).key, {"data": manifest["data"]})
 
     async def _claim(self, observed: Observed, action: ClaimPod, outcome: Outcome) -> None:
         """Tries the candidates in order; a pod another session took first (a Conflict) is skipped. When all are

@@ -1,4 +1,4 @@
-"""The API server's refusal of a child (Pod, claim, Secret) → the reason and message the session shows. Pure.
+"""The API server's refusal of a child (Pod, claim, Secret, the namespace's agentctl NetworkPolicy) → the reason and message the session shows. Pure.
 
 A refused create is the user's to fix (a spec the API server or an admission webhook cannot accept, a quota, a
 policy), so it is a status with a reason, not an error that retries in the background where nobody sees it.
@@ -15,8 +15,14 @@ REASON_BY_KIND = {
     "Pod": "PodRejected",
     "PersistentVolumeClaim": "WorkspaceRejected",
     "Secret": "SecretRejected",
+    "NetworkPolicy": "NetworkPolicyRejected",
 }
-WHAT_BY_KIND = {"Pod": "pod", "PersistentVolumeClaim": "workspace claim", "Secret": "agentctl token Secret"}
+WHAT_BY_KIND = {
+    "Pod": "pod",
+    "PersistentVolumeClaim": "workspace claim",
+    "Secret": "agentctl token Secret",
+    "NetworkPolicy": "NetworkPolicy that guards agentctl",
+}
 REJECTED_REASONS = frozenset({*REASON_BY_KIND.values(), "Forbidden"})
 QUOTA_REASON = "QuotaExceeded"
 # A refusal is looked at again after as long as it has lasted, within these bounds: soon at first, rarely later.

@@ -32,7 +32,6 @@ from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateSt
 from agentsession.gateway.watch_cache import Key, SessionCache
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError
-from agentsession.kube.ops import read_token
 from agentsession.kube.resources import AGENT_SESSIONS
 from agentsession.kube.views import SessionView
 from agentsession.tasks import Supervisor
@@ -109,6 +108,7 @@ class AgentRegistry:
         cache: SessionCache,
         kube: Kube,
         agentctl: AgentctlConnector,
+        token_of: Callable[[str, str], str],
         *,
         agentctl_host_override: str | None = None,
         agentctl_port_override: int | None = None,
@@ -117,6 +117,9 @@ class AgentRegistry:
         self.cache = cache
         self.kube = kube
         self.agentctl = agentctl
+        # Derived from the release key, as the operator derives what it writes into the pod's Secret: the gateway
+        # reads no Secret.
+        self._token_of = token_of
         self._host_override = agentctl_host_override
         self._port_override = agentctl_port_override
         self.init_timeout = init_timeout
@@ -278,12 +281,7 @@ class AgentRegistry:
             rt.endpoint_key = None
             if wanted is None or endpoint is None or session is None:
                 return
-            try:
-                token = await self._token(session)
-            except (KubeError, OSError, ValueError) as exc:
-                log.warning("cannot read the agentctl token of %s: %s", rt.id, exc)
-                self._tasks.spawn(self._retry_converge(rt), f"follow {rt.id} again")
-                return
+            token = self._token_of(session.namespace, session.ref.children)
             client = rt.client = self.agentctl(endpoint, token)
             rt.stream = UpdateStream(
                 client,
@@ -294,11 +292,6 @@ class AgentRegistry:
             )
             rt.stream.start()
             rt.endpoint_key = wanted
-
-    async def _retry_converge(self, rt: Runtime) -> None:
-        await asyncio.sleep(2.0)
-        if self.runtimes.get(rt.key) is rt:
-            await self._converge_upstream(rt)
 
     async def _stop_streams(self, rt: Runtime) -> None:
         if rt.stream:
@@ -316,12 +309,6 @@ class AgentRegistry:
     async def _stop_runtime(self, rt: Runtime) -> None:
         async with rt.lock:
             await self._stop_streams(rt)
-
-    async def _token(self, session: SessionView) -> str:
-        token = await read_token(self.kube, session.namespace, session.ref.children)
-        if not token:
-            raise KubeError(f"the agentctl token Secret of {agent_id(*session.key)} does not exist (yet)")
-        return token
 
     # --- upstream events ---
 

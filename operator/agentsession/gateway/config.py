@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Self
 
 from pydantic import Field, field_validator, model_validator
@@ -113,6 +114,11 @@ class GatewayConfig(BaseSettings):
     )
     agentctl_host_override: str | None = Field(
         default=None, description="Reach every agentctl at this host instead of its pod IP (local testing)."
+    )
+    agentctl_key_file: Path | None = Field(
+        default=None,
+        description="File holding the release key each agentctl's token is derived from (the operator reads "
+        "the same one); required. The chart mounts its Secret `<release>-agentctl-key` there.",
     )
     agentctl_port_override: int | None = Field(
         default=None,

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import WSMessage, WSMsgType, web
 
+from agentsession.agentctl_auth import ReleaseKeyError, TokenDeriver, read_key
 from agentsession.agentctl_client import http_connector
 from agentsession.gateway import console, metrics
 from agentsession.gateway.access_guard import guard
@@ -289,6 +290,11 @@ async def _dev_mode_nagger(interval: float) -> None:
 
 
 def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Application:
+    if config.agentctl_key_file is None:
+        raise ReleaseKeyError(
+            "the gateway needs --agentctl-key-file: the release key agentctl tokens come from"
+        )
+    token_of = TokenDeriver(read_key(config.agentctl_key_file))
     app = web.Application(middlewares=[loopback_hosts_only] if config.insecure_dev_mode else [])
     app[CONFIG] = config
     app[ORIGINS] = frozenset(config.allowed_origins)  # normalized by the settings
@@ -314,6 +320,7 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
             cache,
             client,
             http_connector(http),
+            token_of,
             agentctl_host_override=config.agentctl_host_override,
             agentctl_port_override=config.agentctl_port_override,
             init_timeout=config.init_timeout,

@@ -151,6 +151,7 @@ class ApiKube:
         self._typed: dict[str, Any] = {
             "": client.CoreV1Api(api_client),
             "coordination.k8s.io": client.CoordinationV1Api(api_client),
+            "networking.k8s.io": client.NetworkingV1Api(api_client),
         }
         self._custom = client.CustomObjectsApi(api_client)
         self._authn = client.AuthenticationV1Api(api_client)

@@ -7,11 +7,11 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from agentsession.api.constants import TOKEN_KEY, token_secret_name
+from agentsession.api.constants import TOKEN_KEY
 from agentsession.api.manifest import Manifest
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
-from agentsession.kube.resources import SECRETS, resource_of
+from agentsession.kube.resources import resource_of
 
 log = logging.getLogger(__name__)
 EVENT_MESSAGE_LIMIT = 1024
@@ -68,12 +68,3 @@ async def post_event(
 
 def decode_token(secret: Manifest) -> str:
     return base64.b64decode((secret.get("data") or {}).get(TOKEN_KEY, "")).decode()
-
-
-async def read_token(kube: Kube, namespace: str, stem: str) -> str | None:
-    """The bearer token of the agentctl whose children are named after `stem` (the session's name, or the pool
-    pod's it claimed: `SessionRef.children`), None while its Secret does not exist."""
-    try:
-        return decode_token(await kube.get(SECRETS, namespace, token_secret_name(stem)))
-    except NotFound:
-        return None

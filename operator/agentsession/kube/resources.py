@@ -32,6 +32,7 @@ SECRETS = Resource("Secret", "secrets")
 CLAIMS = Resource("PersistentVolumeClaim", "persistentvolumeclaims")
 EVENTS = Resource("Event", "events")
 LEASES = Resource("Lease", "leases", "coordination.k8s.io")
+NETWORK_POLICIES = Resource("NetworkPolicy", "networkpolicies", "networking.k8s.io")
 TOKEN_REVIEWS = Resource("TokenReview", "tokenreviews", "authentication.k8s.io", namespaced=False)
 ACCESS_REVIEWS = Resource(
     "SubjectAccessReview", "subjectaccessreviews", "authorization.k8s.io", namespaced=False
@@ -47,6 +48,7 @@ BY_KIND: dict[str, Resource] = {
         CLAIMS,
         EVENTS,
         LEASES,
+        NETWORK_POLICIES,
         TOKEN_REVIEWS,
         ACCESS_REVIEWS,
     )

@@ -288,11 +288,17 @@ class JournalEntry(BaseModel):
 
 
 class HistoryResponse(BaseModel):
+    """One page of `GET /api/v1/history?after=N`: the entries after N, oldest first."""
+
     model_config = ConfigDict(extra="allow")
 
     updates: list[JournalEntry]
     last_seq: int
     journal_id: str
+    next: int | None = Field(
+        default=None,
+        description="The `after` of the following page while entries up to `last_seq` remain; null: caught up.",
+    )
 
 
 class AcpActivity(BaseModel):

@@ -9,6 +9,7 @@ what the next turns do, entries to append, failures of the next calls, a restart
 from __future__ import annotations
 
 import asyncio
+import bisect
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
@@ -56,6 +57,7 @@ from agentsession.agentctl_routes import (
 )
 
 SHELL_BUFFER_BYTES = 16 * 1024
+HISTORY_PAGE_ENTRIES = 1000  # agentctl's most entries per history page
 PERMISSION_OPTIONS: list[dict[str, Any]] = [
     {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
     {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
@@ -116,8 +118,11 @@ class FakeShell:
 class FakeAgentctl:
     """AgentctlApi in memory. Before `start` the agent is "stopped", as in a fresh agentctl."""
 
-    def __init__(self, endpoint: str = "http://agentctl.fake:9999") -> None:
+    def __init__(
+        self, endpoint: str = "http://agentctl.fake:9999", *, page_size: int = HISTORY_PAGE_ENTRIES
+    ) -> None:
         self.endpoint = endpoint
+        self.page_size = page_size  # most entries per history page
         self.agent_state = "stopped"
         self.last_error: str | None = None
         self.session_id: str | None = None
@@ -252,10 +257,19 @@ class FakeAgentctl:
             journal_id=self.journal_id,
         )
 
-    async def history(self, after: int = 0) -> HistoryResponse:
+    async def history(self, after: int = 0, limit: int | None = None) -> HistoryResponse:
         self._enter(HISTORY, after)
-        updates = [entry.model_copy(deep=True) for entry in self.journal if entry.seq > after]
-        return HistoryResponse(updates=updates, last_seq=self.last_seq, journal_id=self.journal_id)
+        size = min(limit or self.page_size, self.page_size)
+        start = bisect.bisect_right(self.journal, after, key=lambda entry: entry.seq)
+        page = self.journal[start : start + size]
+        updates = [entry.model_copy(deep=True) for entry in page]
+        more = bool(updates) and updates[-1].seq < self.last_seq
+        return HistoryResponse(
+            updates=updates,
+            last_seq=self.last_seq,
+            journal_id=self.journal_id,
+            next=updates[-1].seq if more else None,
+        )
 
     async def prompt(self, text: str) -> PromptAccepted:
         self._enter(PROMPT, text)

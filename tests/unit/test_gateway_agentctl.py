@@ -168,9 +168,8 @@ class _Connection:
     async def history_stream(self, agent_id: str) -> AsyncIterator[None]:
         try:
             yield
-        except BaseException:
+        finally:
             self.held.discard(agent_id)
-            raise
 
     def hold_updates(self, agent_id: str) -> None:
         self.held.add(agent_id)

@@ -160,16 +160,16 @@ class Connection:
     async def history_stream(self, agent_id: str) -> AsyncIterator[None]:
         """While a history of `agent_id` is sent to this client: one at a time, and its live updates held back
         (`hold_updates`) until `release_updates`; if the history ends short, they are dropped (the client knows
-        from the error that it does not follow the agent)."""
+        from the error, or its leaving, that it does not follow the agent)."""
         turns = self._histories.setdefault(agent_id, _Turns())
         turns.waiting += 1
         try:
             async with turns.lock:
                 try:
                     yield
-                except BaseException:
-                    self.drop_updates(agent_id)
-                    raise
+                finally:
+                    if agent_id in self._held:
+                        self.drop_updates(agent_id)
         finally:
             turns.waiting -= 1
             if not turns.waiting:

@@ -194,14 +194,15 @@ class ShellStream:
     def release(self, owner: object) -> None:
         """Lets go of the input `owner` queued (a client that left), but for the frame being written."""
         for item in [i for i in self._inputs if i.owner is owner]:
-            self._discard(item)
-            if not item.written.done():
+            if self._discard(item):
                 item.written.cancel()
 
-    def _discard(self, item: _Input) -> None:
-        if item is not self._writing and item in self._inputs:
-            self._inputs.remove(item)
-            self.queued_bytes -= item.size
+    def _discard(self, item: _Input) -> bool:
+        if item is self._writing or item not in self._inputs:
+            return False
+        self._inputs.remove(item)
+        self.queued_bytes -= item.size
+        return True
 
     def _fail_inputs(self, why: str) -> None:
         inputs, self._inputs = self._inputs, deque()

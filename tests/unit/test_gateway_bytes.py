@@ -29,6 +29,7 @@ from tests.unit.test_agent_registry import AGENT, KEY, Gateway, until
 from tests.unit.test_gateway_hostile_input import Socket
 
 PAGE = 7  # entries per history page: small, so a short journal takes many
+WAIT = 30.0
 
 
 def text_update(n: int, size: int = 0) -> dict[str, Any]:
@@ -99,6 +100,11 @@ def start(request: str = "start-1") -> Command:
     return Command(c.INITIALIZE, AGENT, {}, envelope_id=request)
 
 
+async def initialize(gateway: Gateway, conn: Connection, command: Command | None = None) -> None:
+    async with asyncio.timeout(WAIT):
+        await Service(gateway.registry).handle(conn, command or start())
+
+
 def journaling_while_read(
     fake: FakeAgentctl, gateway: Gateway, call: str, entries: Callable[[int], int], size: int = 0
 ) -> list[int]:
@@ -129,7 +135,7 @@ async def test_a_history_comes_in_pages_then_the_live_updates_with_no_gap_and_no
     journaling_while_read(fake, gateway, "history", lambda n: 1)
     journaling_while_read(fake, gateway, "permissions", lambda n: 2)
     conn, ws = client(gateway)
-    await Service(gateway.registry).handle(conn, start())
+    await initialize(gateway, conn)
     fake.append("session_update", text_update(fake.last_seq + 1))  # and after the client went live
     await until("every entry delivered", lambda: fake.last_seq in seqs(ws))
     assert seqs(ws) == list(range(1, fake.last_seq + 1))
@@ -150,7 +156,7 @@ async def test_more_than_a_hundred_thousand_entries_all_arrive(gateway: Gateway)
     fake = await ready(gateway, 100_500)
     fake.page_size = 1000
     conn, ws = client(gateway)
-    await Service(gateway.registry).handle(conn, start())
+    await initialize(gateway, conn)
     await until("the last page", lambda: bool(ws.sent) and history_frames(ws)[-1]["payload"]["next"] is None)
     assert seqs(ws) == list(range(1, 100_501))
     assert len(history_frames(ws)) == 101
@@ -167,7 +173,8 @@ async def test_the_next_page_is_read_only_once_the_client_took_the_last_one(gate
         await asyncio.sleep(0)
     assert [call for call, _ in fake.calls].count("history") == 1
     ws.reads_again()
-    await initializing
+    async with asyncio.timeout(WAIT):
+        await initializing
     assert seqs(ws) == list(range(1, 3 * PAGE + 1))
     assert [call for call, _ in fake.calls].count("history") == 3
     await conn.close()
@@ -182,7 +189,8 @@ async def test_a_client_that_leaves_mid_history_stops_the_reading(gateway: Gatew
     ws.reads_again()  # the close handshake needs the socket
     ws.paused = True
     await conn.close()
-    await initializing
+    async with asyncio.timeout(WAIT):
+        await initializing
     assert [call for call, _ in fake.calls].count("history") <= 2
     assert not conn.wants_updates(AGENT)
 
@@ -194,7 +202,7 @@ async def test_updates_that_outgrow_what_is_held_are_read_from_the_journal(gatew
     # 64 KiB of queue holds 32 KiB of updates; the agent journals 80 KiB while the last page is read.
     reads = journaling_while_read(fake, gateway, "permissions", lambda n: 10 if n == 0 else 0, size=8 * 1024)
     conn, ws = client(gateway, queue_bytes=64 * 1024)
-    await Service(gateway.registry).handle(conn, start())
+    await initialize(gateway, conn)
     await until("every entry delivered", lambda: fake.last_seq in seqs(ws))
     assert seqs(ws) == list(range(1, PAGE + 11))
     pages = history_frames(ws)
@@ -208,13 +216,12 @@ async def test_asking_again_while_live_holds_the_live_updates_until_the_new_hist
 ) -> None:
     fake = await ready(gateway, 2 * PAGE)
     conn, ws = client(gateway)
-    service = Service(gateway.registry)
-    await service.handle(conn, start("first"))
+    await initialize(gateway, conn, start("first"))
     fake.append("session_update", text_update(fake.last_seq + 1))
     await until("live", lambda: fake.last_seq in seqs(ws))
     mark = len(ws.sent)
     journaling_while_read(fake, gateway, "history", lambda n: 1)
-    await service.handle(conn, start("second"))
+    await initialize(gateway, conn, start("second"))
     fake.append("session_update", text_update(fake.last_seq + 1))
     await until("live again", lambda: fake.last_seq in seqs(ws, since=mark))
     again = frames(ws)[mark:]
@@ -228,7 +235,7 @@ async def test_asking_again_while_live_holds_the_live_updates_until_the_new_hist
 async def test_the_lifecycle_dialect_pages_with_agent_history_frames(gateway: Gateway) -> None:
     fake = await ready(gateway, 2 * PAGE + 1)
     conn, ws = client(gateway, LifecycleCodec())
-    await Service(gateway.registry).handle(conn, Command(c.INITIALIZE, AGENT, {}, "r1"))
+    await initialize(gateway, conn, Command(c.INITIALIZE, AGENT, {}, "r1"))
     sent = frames(ws)
     assert [f["type"] for f in sent] == ["agent_initialized", "agent_history", "agent_history"]
     assert [f["payload"]["next"] for f in sent] == [PAGE, 2 * PAGE, None]
@@ -252,7 +259,7 @@ async def test_a_journal_replaced_mid_history_is_an_error_and_the_client_does_no
 
     fake.history = replaced_after_the_first_page  # type: ignore[method-assign]
     conn, ws = client(gateway)
-    await Service(gateway.registry).handle(conn, start())
+    await initialize(gateway, conn)
     await until("the error", lambda: frames(ws)[-1]["type"] == "error")
     last = frames(ws)[-1]
     assert (last["type"], last["id"], last["payload"]["code"]) == ("error", "start-1", "UPSTREAM_ERROR")
@@ -350,7 +357,8 @@ async def test_a_shell_that_does_not_read_holds_at_most_its_queue_and_refuses_th
     sending.append(asyncio.create_task(shell.send_input("b" * 10, bob)))
     await until("queued", lambda: shell.queued_bytes == 90)
     with pytest.raises(RequestError) as full:
-        await shell.send_input("c" * 20, bob)
+        async with asyncio.timeout(WAIT):
+            await shell.send_input("c" * 20, bob)
     assert full.value.code == ErrorCode.TOO_MANY_REQUESTS
     assert "90 bytes" in full.value.message
     # Alice leaves: what she queued is let go, but for the frame being written.
@@ -360,7 +368,8 @@ async def test_a_shell_that_does_not_read_holds_at_most_its_queue_and_refuses_th
     assert sending[1].cancelled()
     agentctl.channel.takes.release()
     agentctl.channel.takes.release()
-    await asyncio.gather(sending[0], sending[2])
+    async with asyncio.timeout(WAIT):
+        await asyncio.gather(sending[0], sending[2])
     assert agentctl.channel.taken == ["a" * 40, "b" * 10]
     assert shell.queued_bytes == 0
     # A sender that gives up (its client left) takes its input out of the queue too.
@@ -370,7 +379,8 @@ async def test_a_shell_that_does_not_read_holds_at_most_its_queue_and_refuses_th
     await until("cancelled", lambda: shell.queued_bytes == 5)
     await shell.stop()
     with pytest.raises(RequestError, match="closed before this input was written"):
-        await waiting[0]
+        async with asyncio.timeout(WAIT):
+            await waiting[0]
     assert shell.queued_bytes == 0
 
 

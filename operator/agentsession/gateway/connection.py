@@ -181,7 +181,6 @@ class Connection:
     def hold_updates(self, agent_id: str) -> None:
         """From now on, `agent_id`'s live updates are held back (only those from now on: the history read next
         has the earlier ones)."""
-        self.live.discard(agent_id)
         # Half the queue's bytes: at their release they join what the queue already holds.
         self._held[agent_id] = _Held(self._queue_bytes // 2)
 

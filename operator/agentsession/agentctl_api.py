@@ -17,6 +17,9 @@ AGENT_HEALTH_PATH = "/health/agent"
 # How long the agent container's readiness probe lets agentctl wait for the agent's answer, in seconds.
 AGENT_HEALTH_WAIT = 1
 TOKEN_ENV = "AGENTCTL_TOKEN"
+# One page of `GET /api/v1/history`: at most this many entries, and this many bytes of them encoded (always one).
+HISTORY_PAGE_ENTRIES = 1000
+HISTORY_PAGE_BYTES = 4 * 1024 * 1024
 
 
 class StartRequest(BaseModel):

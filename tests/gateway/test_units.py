@@ -17,8 +17,8 @@ from agentsession.gateway.events import (
     AgentctlReady,
     AgentStatusChanged,
     AgentUpdate,
-    HistoryPage,
     Failure,
+    HistoryPage,
     Reply,
     ShellOutput,
 )

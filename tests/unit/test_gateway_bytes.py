@@ -42,7 +42,10 @@ def journal(fake: FakeAgentctl, count: int) -> None:
     start = fake.last_seq
     fake.journal.extend(
         JournalEntry.model_construct(
-            seq=start + i, timestamp="2026-01-01T12:00:00.000Z", kind="session_update", notification=text_update(i)
+            seq=start + i,
+            timestamp="2026-01-01T12:00:00.000Z",
+            kind="session_update",
+            notification=text_update(i),
         )
         for i in range(1, count + 1)
     )

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentsession.agentctl_api import (
+    HISTORY_PAGE_ENTRIES,
     AcpActivity,
     AgentIdentity,
     CancelResponse,
@@ -57,7 +58,6 @@ from agentsession.agentctl_routes import (
 )
 
 SHELL_BUFFER_BYTES = 16 * 1024
-HISTORY_PAGE_ENTRIES = 1000  # agentctl's most entries per history page
 PERMISSION_OPTIONS: list[dict[str, Any]] = [
     {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
     {"optionId": "reject", "name": "Reject", "kind": "reject_once"},

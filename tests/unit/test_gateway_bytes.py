@@ -263,11 +263,28 @@ async def test_a_journal_replaced_mid_history_is_an_error_and_the_client_does_no
     fake.history = replaced_after_the_first_page  # type: ignore[method-assign]
     conn, ws = client(gateway)
     await initialize(gateway, conn)
-    await until("the error", lambda: frames(ws)[-1]["type"] == "error")
+    await until("the error", lambda: bool(ws.sent) and frames(ws)[-1]["type"] == "error")
     last = frames(ws)[-1]
     assert (last["type"], last["id"], last["payload"]["code"]) == ("error", "start-1", "UPSTREAM_ERROR")
     assert "initialize again" in last["payload"]["message"]
     assert not conn.wants_updates(AGENT)
+    await conn.close()
+
+
+async def test_an_agentctl_whose_history_does_not_go_on_is_an_error_not_a_loop(gateway: Gateway) -> None:
+    fake = await ready(gateway, 2 * PAGE)
+    answer = fake.history
+
+    async def the_same_page_again(after: int = 0) -> Any:
+        page = await answer(0)
+        return page.model_copy(update={"next": after})
+
+    fake.history = the_same_page_again  # type: ignore[method-assign]
+    conn, ws = client(gateway)
+    await initialize(gateway, conn)
+    await until("the error", lambda: [f["type"] for f in frames(ws)] == ["error"])
+    assert "did not go on after 0" in frames(ws)[0]["payload"]["message"]
+    assert [call for call, _ in fake.calls].count("history") == 1
     await conn.close()
 
 

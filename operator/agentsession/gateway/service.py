@@ -136,8 +136,13 @@ class Service:
                 f"the journal of {agent} was replaced while its history was being sent (a new workspace); "
                 "initialize again",
             )
-        follow: list[Event] = []
         more = page.next
+        if more is not None and more <= after:
+            # An agentctl that answers so would have the gateway read the same page for ever.
+            raise RequestError(
+                ErrorCode.UPSTREAM_ERROR, f"agentctl's history of {agent} did not go on after {after}"
+            )
+        follow: list[Event] = []
         if more is None:
             # Requests still waiting for an answer are announced again, so a late client can answer them.
             pending = (await client.permissions()).pending

@@ -5,8 +5,12 @@ follows each agent's journal. With the operator's and the gateway's `agentctl_ho
 here, every session's agentctl is this process. It answers the routes its clients use (`agentsession.agentctl_routes`,
 bodies from `agentsession.agentctl_api`) with plausible replies: a session is known by the key id of the token its
 requests are signed with (any well-formed signature is accepted; the stand-in knows no token), `start` is
-idempotent per session, the agent is always idle, its journal empty, and the update stream
-stays open with nothing to say. `GET /standin/stats` counts the calls, for the benchmark to check.
+idempotent per session, the agent is always idle, and the update stream stays open with nothing to say. The journal
+is empty, or with `--journal-entries N --entry-bytes B` holds N made-up agent messages of about B bytes each (the
+same for every session, made as they are asked for, never held), served in pages as agentctl pages its history
+(`HISTORY_PAGE_ENTRIES` entries and `HISTORY_PAGE_BYTES` at most; `--page-entries` for fewer), so the gateway's
+paging can be measured on a journal larger than the gateway's memory. `GET /standin/stats` counts the calls, for
+the benchmark to check.
 
     python -m benchmarks.agentctl_standin --port 9999      # --host 127.0.0.1
 """
@@ -15,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aiohttp import WSMsgType, web
@@ -24,6 +30,8 @@ from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
 from agentsession.agentctl_api import (
+    HISTORY_PAGE_BYTES,
+    HISTORY_PAGE_ENTRIES,
     AcpActivity,
     AgentIdentity,
     DrainBody,
@@ -78,10 +86,44 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class Journal:
+    """`entries` agent messages of about `entry_bytes` each; entry n says `n` in its first eight digits."""
+
+    entries: int = 0
+    entry_bytes: int = 0
+    page_entries: int = HISTORY_PAGE_ENTRIES
+
+    def entry(self, seq: int) -> str:
+        text = f"{seq:08d}" + "x" * max(0, self.entry_bytes - 200)
+        update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+        entry = {"seq": seq, "timestamp": "2026-01-01T00:00:00.000Z", "kind": "session_update",
+                 "notification": {"sessionId": "standin", "update": update}}  # fmt: skip
+        return json.dumps(entry, separators=(",", ":"))
+
+    def page(self, after: int, limit: int | None) -> str:
+        """The answer to `GET /api/v1/history?after=&limit=`, as agentctl pages it, encoded."""
+        most = min(limit or self.page_entries, self.page_entries, HISTORY_PAGE_ENTRIES)
+        encoded: list[str] = []
+        size = 0
+        seq = max(after, 0)
+        while seq < self.entries and len(encoded) < most:
+            entry = self.entry(seq + 1)
+            if encoded and size + len(entry) > HISTORY_PAGE_BYTES:
+                break
+            encoded.append(entry)
+            size += len(entry)
+            seq += 1
+        more = seq if seq < self.entries else None
+        tail = json.dumps({"last_seq": self.entries, "journal_id": JOURNAL_ID, "next": more})
+        return '{"updates":[' + ",".join(encoded) + "]," + tail[1:]
+
+
 class Standin:
     """Every session's agentctl at once: what was started (by token), the streams open, the calls counted."""
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Journal | None = None) -> None:
+        self.journal = journal or Journal()
         self.calls: Counter[str] = Counter()
         self.started: dict[str, StartResponse] = {}
         self.streams: set[web.WebSocketResponse] = set()
@@ -119,7 +161,11 @@ class Standin:
         )
         return _json(
             StatusResponse(
-                state="running", acp=acp, last_activity_at=_now(), last_seq=0, journal_id=JOURNAL_ID
+                state="running",
+                acp=acp,
+                last_activity_at=_now(),
+                last_seq=self.journal.entries,
+                journal_id=JOURNAL_ID,
             )
         )
 
@@ -133,8 +179,15 @@ class Standin:
         )
         return _json(answer)
 
-    async def history(self, _: web.Request) -> web.Response:
-        return _json(HistoryResponse(updates=[], last_seq=0, journal_id=JOURNAL_ID))
+    async def history(self, request: web.Request) -> web.Response:
+        try:
+            after = int(request.query.get("after", "0"))
+            limit = int(request.query["limit"]) if "limit" in request.query else None
+        except ValueError:
+            return _error(400, "bad_request", "after and limit are integers")
+        if not self.journal.entries:
+            return _json(HistoryResponse(updates=[], last_seq=0, journal_id=JOURNAL_ID))
+        return web.Response(text=self.journal.page(after, limit), content_type="application/json")
 
     async def permissions(self, _: web.Request) -> web.Response:
         return _json(PermissionsResponse(pending=[]))
@@ -162,8 +215,8 @@ class Standin:
             await ws.close()
 
 
-def build_app() -> web.Application:
-    standin = Standin()
+def build_app(journal: Journal | None = None) -> web.Application:
+    standin = Standin(journal)
     handlers: dict[Route, Handler] = {
         HEALTH: standin.health,
         AGENT_HEALTH: standin.health,
@@ -203,10 +256,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--journal-entries", type=int, default=0, help="entries in every session's journal")
+    parser.add_argument("--entry-bytes", type=int, default=1024, help="about how big each entry is")
+    parser.add_argument(
+        "--page-entries", type=int, default=HISTORY_PAGE_ENTRIES, help="most entries per page"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     web.run_app(
-        build_app(),
+        build_app(Journal(args.journal_entries, args.entry_bytes, args.page_entries)),
         host=args.host,
         port=args.port,
         access_log=None,

@@ -59,6 +59,8 @@ async def run(url: str, agent_id: str, prompt: str, turn_seconds: float) -> int:
         await ws.send_json({"type": "initialize_agent_request", "agentId": agent_id, "requestId": "init-1"})
         prompted = False
         processing_seen = False
+        initialized: dict[str, Any] = {}
+        history = 0
         deadline = time.monotonic() + turn_seconds
         while True:
             remaining = deadline - time.monotonic()
@@ -75,13 +77,18 @@ async def run(url: str, agent_id: str, prompt: str, turn_seconds: float) -> int:
                 agents = payload.get("agents", [])
                 listing = ", ".join(f"{a['id']}={a['status']}" for a in agents) or "none"
                 out.line("session_state", f"{len(agents)} agent(s): {listing}")
-            elif kind == "agent_initialized":
-                info = payload.get("info", {})
+            elif kind in ("agent_initialized", "agent_history") and payload.get("requestId") == "init-1":
+                # The history comes in pages: the answer's, then agent_history frames until `next` is null.
+                initialized = payload if kind == "agent_initialized" else initialized
+                history += len(payload.get("updates", []))
+                if payload.get("next") is not None:
+                    continue
+                info = initialized.get("info", {})
                 out.line(
                     "agent_initialized",
-                    f"{payload.get('agentId')} status={info.get('status')} acp session={info.get('sessionId')} "
-                    f"modes={[m.get('id') for m in info.get('availableModes') or []]} "
-                    f"history={len(payload.get('updates', []))} update(s)",
+                    f"{initialized.get('agentId')} status={info.get('status')} "
+                    f"acp session={info.get('sessionId')} "
+                    f"modes={[m.get('id') for m in info.get('availableModes') or []]} history={history} update(s)",
                 )
                 if not prompted:
                     prompted = True

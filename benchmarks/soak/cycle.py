@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tests.support.gateway import Client
+from tests.support.gateway import Client, history_pages
 
 from agentsession.api.constants import API_VERSION, KIND
 from agentsession.kube.client import Kube
@@ -251,14 +251,22 @@ class Cycle:
     async def _initialize(
         self, ui: Client, what: str, within: float = 30.0
     ) -> tuple[list[dict[str, Any]], int]:
-        """The history the gateway answers with, and where its answer is among the client's frames."""
+        """The history the gateway answers with (every page), and where its last page is among the client's
+        frames: the live updates follow it."""
         rid = self._request_id(what)
         mark = len(ui.frames)
         await ui.send({"type": "initialize_agent_request", "agentId": self.agent, "requestId": rid})
         answer = await ui.wait_for(f"agent_initialized {rid}", _answer_to(rid), within, since=mark)
         if answer.get("type") != "agent_initialized":
             raise CycleFailed("cycle", f"initialize ({what}) answered {answer}")
-        return list(_payload(answer)["updates"]), _index(ui, answer)
+        at = _index(ui, answer)
+        history = await history_pages(ui, _payload(answer), since=at + 1, within=within)
+        pages = [
+            i
+            for i, f in enumerate(ui.frames)
+            if f.get("type") == "agent_history" and _payload(f).get("requestId") == rid
+        ]
+        return history, max([at, *pages])
 
     def _latest_status(self, ui: Client) -> str | None:
         """The agent's status in the last frame that told it: an `agent_status`, or an `agent_initialized`."""

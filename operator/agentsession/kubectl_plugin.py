@@ -57,6 +57,8 @@ GROUP = "agentsession.dev"
 VERSION = "v1alpha1"
 PLURAL = "agentsessions"
 TASK_DIALECT = "task-session.v1"
+# The largest message taken from the gateway: a page of history holds up to 4 MiB of entries.
+MAX_FRAME = 16 * 1024 * 1024
 # The chart labels its gateway Service so, and says in an annotation which namespaces the gateway serves.
 GATEWAY_SELECTOR = "app.kubernetes.io/name=agentsession,app.kubernetes.io/component=gateway"
 NAMESPACES_ANNOTATION = "agentsession.dev/namespaces"
@@ -483,7 +485,9 @@ async def ws_connect(
     """A WebSocket to the gateway; a refusal (401, 403, 503) becomes a PluginError with the gateway's reason."""
     headers = bearer_headers(token)
     try:
-        return await http.ws_connect(url, protocols=[dialect], headers=headers, heartbeat=20)
+        return await http.ws_connect(
+            url, protocols=[dialect], headers=headers, heartbeat=20, max_msg_size=MAX_FRAME
+        )
     except aiohttp.WSServerHandshakeError as exc:
         # The gateway refuses before the upgrade with a JSON body; a plain GET with the same token reads it.
         reason = exc.message
@@ -519,8 +523,9 @@ class TaskClient:
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._reader = asyncio.create_task(self._read())
 
-    async def request(self, action: str, **payload: Any) -> dict[str, Any]:
-        request_id = uuid.uuid4().hex
+    async def request(self, action: str, /, *, ident: str | None = None, **payload: Any) -> dict[str, Any]:
+        """The answer's payload; `ident` is the request's id (default: a new one)."""
+        request_id = ident or uuid.uuid4().hex
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
         try:
@@ -565,6 +570,22 @@ class TaskClient:
     async def close(self) -> None:
         self._reader.cancel()
         await self.ws.close()
+
+
+def history_page(notification: dict[str, Any], request_id: str) -> dict[str, Any] | None:
+    """The payload of a `task.history` notification that goes on with the history `task.start` `request_id`
+    answered with (`updates`, and `next`: null on the last page); None for any other notification."""
+    payload = notification.get("payload") or {}
+    if notification.get("action") != "task.history" or payload.get("request_id") != request_id:
+        return None
+    return dict(payload)
+
+
+async def start_task(client: TaskClient, agent_id: str) -> tuple[dict[str, Any], str]:
+    """`task.start`: its answer (the session's info and the first page of its history) and the request's id,
+    which the following pages name."""
+    request_id = uuid.uuid4().hex
+    return await client.request("task.start", ident=request_id, task_id=agent_id), request_id
 
 
 @dataclass(frozen=True)
@@ -736,11 +757,22 @@ class Conversation:
     # Permission requests waiting for a typed answer, oldest first: pending id → options.
     asked: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stdin_ended: bool = False
+    start_id: str = ""  # the task.start whose history pages are still coming; "" once it has all come
 
     async def start(self) -> dict[str, Any]:
-        started = await self.client.request("task.start", task_id=self.agent_id)
+        started, request_id = await start_task(self.client, self.agent_id)
         self.turn_running = (started.get("info") or {}).get("status") == "processing"
+        self.start_id = request_id if started.get("next") is not None else ""
         return started
+
+    def history_page(self, notification: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The entries of a page of the history that came after `start`'s answer; None if it is not one."""
+        page = history_page(notification, self.start_id) if self.start_id else None
+        if page is None:
+            return None
+        if page.get("next") is None:
+            self.start_id = ""
+        return list(page.get("updates") or [])
 
     async def on_update(self, kind: str, notification: dict[str, Any]) -> None:
         self.transcript.entry(kind, notification)
@@ -847,11 +879,15 @@ async def run_attach(target: Target, show_history: bool) -> int:
         async with open_session(target, inbox) as client:
             talk = Conversation(client, target.agent_id, transcript, "ask")
             started = await talk.start()
-            if show_history:
-                for entry in started.get("updates") or []:
-                    transcript.entry(entry["kind"], entry.get("notification") or {})
             info = started.get("info") or {}
-            transcript.line(f"[attached to {target.agent_id}: {info.get('status')}; {ATTACH_HELP}]")
+
+            def show(entries: list[dict[str, Any]]) -> None:
+                for entry in entries if show_history else []:
+                    transcript.entry(entry["kind"], entry.get("notification") or {})
+                if not talk.start_id:  # the whole history is shown: what follows is live
+                    transcript.line(f"[attached to {target.agent_id}: {info.get('status')}; {ATTACH_HELP}]")
+
+            show(started.get("updates") or [])
             StdinPump(inbox, read_line)
             leaving = False
             while True:
@@ -871,6 +907,8 @@ async def run_attach(target: Target, show_history: bool) -> int:
                         leaving = True
                     elif not await talk.answer_line(value) and await _command(talk, value.strip()):
                         return 0
+                elif (page := talk.history_page(value)) is not None:
+                    show(page)
                 elif value["action"] == "session.update":
                     update = value["payload"]
                     await talk.on_update(update["kind"], update.get("notification") or {})
@@ -881,7 +919,7 @@ async def run_attach(target: Target, show_history: bool) -> int:
                 elif value["action"] == "task.deleted":
                     transcript.line(f"[{target.agent_id} was deleted]")
                     return EXIT_FAILED
-                if leaving and not talk.turn_running:
+                if leaving and not talk.turn_running and not talk.start_id:
                     return 0
 
 
@@ -911,14 +949,27 @@ async def _command(talk: Conversation, line: str) -> bool:
 
 async def run_history(target: Target, output: str) -> int:
     inbox: asyncio.Queue[Event] = asyncio.Queue()
-    async with open_session(target, inbox) as client:
-        started = await client.request("task.start", task_id=target.agent_id)
     transcript = Transcript(sys.stdout)
-    for entry in started.get("updates") or []:
-        if output == "json":
-            print(json.dumps(entry, sort_keys=True))
-        else:
-            transcript.entry(entry["kind"], entry.get("notification") or {})
+
+    def show(entries: list[dict[str, Any]]) -> None:
+        for entry in entries:
+            if output == "json":
+                print(json.dumps(entry, sort_keys=True))
+            else:
+                transcript.entry(entry["kind"], entry.get("notification") or {})
+
+    async with open_session(target, inbox) as client:
+        started, request_id = await start_task(client, target.agent_id)
+        show(started.get("updates") or [])
+        more = started.get("next")
+        # The pages after the first, each printed as it comes.
+        while more is not None:
+            kind, value = await inbox.get()
+            if kind == "closed":
+                raise PluginError(f"{value} before the whole history came")
+            if kind == "notification" and (page := history_page(value, request_id)) is not None:
+                show(page.get("updates") or [])
+                more = page.get("next")
     transcript.end_paragraph()
     return 0
 

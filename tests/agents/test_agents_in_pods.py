@@ -22,6 +22,7 @@ import websockets
 
 from tests.conftest import _unavailable, image_present, wait_until
 from tests.support.gateway import Client, GatewayProcess, gateway_process
+from tests.support.gateway import initialize as gateway_initialize
 from tests.support.kube import Sessions
 from tests.support.model_stub import received_by
 from tests.support.processes import OperatorProcess
@@ -271,12 +272,7 @@ async def answer_permission(ui: Client, agent_id: str, text: str, kind: str) -> 
 
 
 async def initialize(ui: Client, agent_id: str, request_id: str) -> dict[str, Any]:
-    frame = await ui.request(
-        {"type": "initialize_agent_request", "agentId": agent_id, "requestId": request_id},
-        of_type("agent_initialized", requestId=request_id), "agent_initialized", within=READY_WITHIN,
-    )  # fmt: skip
-    payload: dict[str, Any] = frame["payload"]
-    return payload
+    return await gateway_initialize(ui, agent_id, request_id, within=READY_WITHIN)
 
 
 @pytest.mark.parametrize("agent_case", list(CASES), indirect=True)

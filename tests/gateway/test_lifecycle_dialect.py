@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.gateway.conftest import Client, service_account_token
 from tests.support.agentctl_signing import signed_for
-from tests.support.gateway import of_type
+from tests.support.gateway import initialize, of_type
 from tests.support.kube import NOWHERE, Sessions
 from tests.support.processes import OperatorProcess, agentctl_process
 
@@ -75,13 +75,9 @@ async def test_connect_initialize_prompt_and_permissions(
     kubelet = asyncio.create_task(play_kubelet_when_pod_exists(sessions, "life"))
     secret_token = await asyncio.to_thread(wait_until, "agentctl token", lambda: sessions.token("life"))
     with agentctl_process(workdir, secret_token, tmp_path / "agentctl.log", port=agentctl_port):
-        first = await ui.request(
-            {"type": "initialize_agent_request", "agentId": agent_id, "requestId": "r1"},
-            of_type("agent_initialized"), "agent_initialized", within=90,
-        )  # fmt: skip
+        payload = await initialize(ui, agent_id, "r1", within=90)
         await kubelet
         assert sessions.get("life")["spec"]["suspend"] is False
-        payload = first["payload"]
         assert payload["requestId"] == "r1"
         assert payload["agentId"] == agent_id
         assert list(payload["info"]) == AGENT_INFO_KEYS
@@ -107,17 +103,14 @@ async def test_connect_initialize_prompt_and_permissions(
         # Idempotent: a second request starts nothing and answers with the same history (plus what streamed live
         # since).
         before_second = len(ui.frames)
-        second = await ui.request(
-            {"type": "initialize_agent_request", "agentId": agent_id, "requestId": "r2"},
-            of_type("agent_initialized", requestId="r2"), "second agent_initialized",
-        )  # fmt: skip
+        second = await initialize(ui, agent_id, "r2")
         restarted = [
             f for f in ui.frames[before_second:] if of_type("agent_status", status="initializing")(f)
         ]
         assert restarted == [], restarted
         assert sessions.get("life")["status"]["acp"]["sessionId"] == payload["info"]["sessionId"]
         live = [f["payload"] for f in ui.frames[mark:] if f["type"] == "agent_update"]
-        assert second["payload"]["updates"] == payload["updates"] + live
+        assert second["updates"] == payload["updates"] + live
 
         # A prompt: processing, the streamed updates, then ready again.
         mark = len(ui.frames)

@@ -33,11 +33,18 @@ def statuses(client: Client, agent_id: str, since: int = 0) -> list[str]:
 
 
 def transcript(client: Client, init_index: int) -> list[dict[str, Any]]:
-    """History from the client's agent_initialized, then every agent_update after it."""
+    """History from the client's agent_initialized and the agent_history pages after it, then every agent_update
+    after it."""
     init = client.frames[init_index]
     assert init["type"] == "agent_initialized"
-    live = [f["payload"] for f in client.frames[init_index + 1 :] if f["type"] == "agent_update"]
-    return list(init["payload"]["updates"]) + live
+    request = init["payload"]["requestId"]
+    later = client.frames[init_index + 1 :]
+    pages = [
+        f["payload"] for f in later if f["type"] == "agent_history" and f["payload"]["requestId"] == request
+    ]
+    assert [p["next"] for p in pages][-1:] == ([None] if pages else []), "the history did not end"
+    live = [f["payload"] for f in later if f["type"] == "agent_update"]
+    return list(init["payload"]["updates"]) + [u for p in pages for u in p["updates"]] + live
 
 
 async def agentctl_history(http: aiohttp.ClientSession, port: int, token: str) -> list[dict[str, Any]]:

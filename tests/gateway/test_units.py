@@ -18,6 +18,7 @@ from agentsession.gateway.events import (
     AgentStatusChanged,
     AgentUpdate,
     Failure,
+    HistoryPage,
     Reply,
     ShellOutput,
 )
@@ -172,14 +173,28 @@ def test_lifecycle_requests_and_typed_errors() -> None:
     assert codec.encode(ShellOutput("ns/a", "output", "x")) is None
 
 
-def test_agent_initialized_shape() -> None:
-    reply = Reply(c.INITIALIZE, {"agentId": "ns/a", "info": {"id": "ns/a"}, "updates": [
-        {"seq": 1, "timestamp": "t1", "kind": "session_update", "notification": {"n": 1}},
-        {"seq": 2, "timestamp": "t2", "kind": "permission_request", "notification": {"pending_id": "p"}},
-    ]}, request_id="r")  # fmt: skip
+HISTORY = [
+    {"seq": 1, "timestamp": "t1", "kind": "session_update", "notification": {"n": 1}},
+    {"seq": 2, "timestamp": "t2", "kind": "permission_request", "notification": {"pending_id": "p"}},
+]
+
+
+def test_agent_initialized_and_agent_history_shapes() -> None:
+    reply = Reply(c.INITIALIZE, {"agentId": "ns/a", "info": {"id": "ns/a"}, "updates": HISTORY, "next": 2},
+                  request_id="r")  # fmt: skip
     frame = LifecycleCodec().encode(reply)
     assert frame == {"type": "agent_initialized", "payload": {"agentId": "ns/a", "info": {"id": "ns/a"}, "updates": [
-        {"agentId": "ns/a", "timestamp": "t1", "notification": {"n": 1}}], "requestId": "r"}}  # fmt: skip
+        {"agentId": "ns/a", "timestamp": "t1", "notification": {"n": 1}}], "next": 2, "requestId": "r"}}  # fmt: skip
+    page = LifecycleCodec().encode(HistoryPage(c.INITIALIZE, "ns/a", HISTORY, None, "r"))
+    assert page == {"type": "agent_history", "payload": {"agentId": "ns/a", "requestId": "r", "updates": [
+        {"agentId": "ns/a", "timestamp": "t1", "notification": {"n": 1}}], "next": None}}  # fmt: skip
+
+
+def test_task_start_pages_of_history_name_their_request() -> None:
+    frame = TaskCodec().encode(HistoryPage(c.INITIALIZE, "ns/a", HISTORY, 7, envelope_id="start-1"))
+    assert frame is not None
+    assert (frame["type"], frame["action"]) == ("notification", "task.history")
+    assert frame["payload"] == {"task_id": "ns/a", "request_id": "start-1", "updates": HISTORY, "next": 7}
 
 
 def test_task_envelope_and_readiness_notification() -> None:

@@ -140,15 +140,35 @@ def user_prompts(updates: list[dict[str, Any]]) -> list[str]:
     return prompts
 
 
-async def initialize(ui: Client, agent_id: str, request_id: str) -> dict[str, Any]:
-    """`agent_initialized`'s payload: the agent's info and its whole history."""
+async def initialize(ui: Client, agent_id: str, request_id: str, within: float = 120) -> dict[str, Any]:
+    """`agent_initialized`'s payload: the agent's info and its whole history, from every page."""
+    mark = len(ui.frames)
     answer = await ui.request(
         {"type": "initialize_agent_request", "agentId": agent_id, "requestId": request_id},
         of_type("agent_initialized", requestId=request_id),
         f"agent_initialized {request_id}",
-        within=120,
+        within=within,
     )
-    return dict(answer["payload"])
+    payload = dict(answer["payload"])
+    payload["updates"] = await history_pages(ui, payload, since=mark, within=within)
+    payload["next"] = None
+    return payload
+
+
+async def history_pages(
+    ui: Client, answer: dict[str, Any], *, since: int = 0, within: float = WAIT
+) -> list[dict[str, Any]]:
+    """The history of an `agent_initialized` answer: its page, then the `agent_history` pages of its request until
+    one says `next: null`."""
+    updates = list(answer["updates"])
+    more = answer["next"]
+    page_of = of_type("agent_history", requestId=answer["requestId"], agentId=answer["agentId"])
+    while more is not None:
+        page = await ui.wait_for(f"the history after {more}", page_of, within, since=since)
+        since = ui.frames.index(page, since) + 1
+        updates += page["payload"]["updates"]
+        more = page["payload"]["next"]
+    return updates
 
 
 async def prompt_and_wait(ui: Client, agent_id: str, text: str) -> None:

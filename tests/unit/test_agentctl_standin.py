@@ -3,14 +3,15 @@ the shared client (which parses every answer into the contract's models) talks t
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
-from benchmarks.agentctl_standin import STATS_PATH, build_app
+from benchmarks.agentctl_standin import STATS_PATH, Journal, build_app
 
-from agentsession.agentctl_api import StartRequest
+from agentsession.agentctl_api import HISTORY_PAGE_BYTES, StartRequest
 from agentsession.agentctl_client import AgentctlClient
 from agentsession.agentctl_routes import STATUS
 
@@ -58,3 +59,23 @@ async def test_an_unsigned_call_is_refused_as_agentctl_would(
         async with http.get(url + STATUS.path, headers=headers) as answer:
             assert answer.status == 401
             assert (await answer.json())["error"] == "unauthorized"
+
+
+async def test_a_journal_is_served_in_pages_bounded_in_entries_and_bytes() -> None:
+    journal = Journal(entries=25, entry_bytes=1024 * 1024, page_entries=10)
+    async with TestServer(build_app(journal)) as server, aiohttp.ClientSession() as http:
+        client = AgentctlClient(http, str(server.make_url("")).rstrip("/"), "token")
+        assert (await client.status()).last_seq == 25
+        seen: list[int] = []
+        after: int | None = 0
+        while after is not None:
+            page = await client.history(after)
+            assert page.last_seq == 25
+            assert 1 <= len(page.updates) <= 10
+            assert sum(len(journal.entry(e.seq)) for e in page.updates) <= HISTORY_PAGE_BYTES
+            seen += [e.seq for e in page.updates]
+            after = page.next
+            assert after is None or after == seen[-1]
+        assert seen == list(range(1, 26))
+        small = Journal(entries=25, entry_bytes=100, page_entries=10)
+        assert [json.loads(small.page(after, None))["next"] for after in (0, 10, 20)] == [10, 20, None]

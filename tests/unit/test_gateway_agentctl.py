@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -165,13 +166,27 @@ class _Connection:
     def deliver(self, event: Event) -> None:
         self.delivered.append(event)
 
+    def deliver_tracked(self, event: Event) -> asyncio.Future[bool]:
+        self.delivered.append(event)
+        written = asyncio.get_running_loop().create_future()
+        written.set_result(True)
+        return written
+
+    @contextlib.asynccontextmanager
+    async def history_stream(self, agent_id: str) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            self.held.discard(agent_id)
+
     def hold_updates(self, agent_id: str) -> None:
         self.held.add(agent_id)
 
-    def drop_updates(self, agent_id: str) -> None:
-        self.held.discard(agent_id)
+    def held_overflowed(self, agent_id: str) -> bool:
+        return False
 
     def release_updates(self, agent_id: str, after: int, follow: list[Event]) -> None:
+        self.held.discard(agent_id)
         self.released.append((after, follow))
 
 
@@ -203,6 +218,7 @@ async def test_replies_are_built_from_agentctl_s_answers() -> None:
         "agentId": AGENT,
         "info": {"id": AGENT},
         "updates": [entry.model_dump() for entry in fake.journal],
+        "next": None,
     }
     assert conn.released == [
         (

@@ -9,6 +9,7 @@ what the next turns do, entries to append, failures of the next calls, a restart
 from __future__ import annotations
 
 import asyncio
+import bisect
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
@@ -274,9 +275,7 @@ class FakeAgentctl:
         updates: list[JournalEntry] = []
         size = 0
         next_after: int | None = None
-        for entry in self.journal:
-            if entry.seq <= after:
-                continue
+        for entry in self.journal[bisect.bisect_right(self.journal, after, key=lambda e: e.seq) :]:
             entry_size = len(entry.model_dump_json())
             if updates and (len(updates) == most or size + entry_size > self.history_page_bytes):
                 next_after = updates[-1].seq

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from agentsession.agentctl_api import StatusResponse, mode_config_option
 from agentsession.agentctl_client import AgentctlApi, AgentctlConnector, AgentctlError
 from agentsession.api.manifest import Manifest
+from agentsession.gateway.codec import utf8_size
 from agentsession.gateway.events import (
     AgentctlReady,
     AgentRemoved,
@@ -28,7 +29,13 @@ from agentsession.gateway.events import (
     ShellOutput,
 )
 from agentsession.gateway.status import LiveState, agent_id, agent_info, cluster_state
-from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateStream
+from agentsession.gateway.upstream import (
+    SHELL_INPUT_BYTES,
+    SHELL_QUEUE_BYTES,
+    JournalPosition,
+    ShellStream,
+    UpdateStream,
+)
 from agentsession.gateway.watch_cache import Key, SessionCache
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError
@@ -113,6 +120,8 @@ class AgentRegistry:
         agentctl_host_override: str | None = None,
         agentctl_port_override: int | None = None,
         init_timeout: float = 120.0,
+        shell_input_bytes: int = SHELL_INPUT_BYTES,
+        shell_queue_bytes: int = SHELL_QUEUE_BYTES,
     ) -> None:
         self.cache = cache
         self.kube = kube
@@ -123,6 +132,8 @@ class AgentRegistry:
         self._host_override = agentctl_host_override
         self._port_override = agentctl_port_override
         self.init_timeout = init_timeout
+        self.shell_input_bytes = shell_input_bytes
+        self.shell_queue_bytes = shell_queue_bytes
         self.runtimes: dict[Key, Runtime] = {}
         self.subscribers: set[Subscriber] = set()
         self._inits: dict[Key, asyncio.Task[None]] = {}
@@ -465,7 +476,9 @@ class AgentRegistry:
         client = await self.ready_client(key)
         rt = self.runtime(key)
         if rt.shell is None:
-            shell = ShellStream(client, lambda frame: self._on_shell(rt, frame))
+            shell = ShellStream(
+                client, lambda frame: self._on_shell(rt, frame), queue_bytes=self.shell_queue_bytes
+            )
             rt.shell = shell
             try:
                 await shell.start()
@@ -481,16 +494,26 @@ class AgentRegistry:
         if rt is None:
             return
         rt.shell_subscribers.discard(sub)
+        if rt.shell is not None:
+            rt.shell.release(sub)
         if not rt.shell_subscribers and rt.shell is not None:
             shell, rt.shell = rt.shell, None
             await shell.stop()
 
-    async def shell_input(self, key: Key, data: str) -> None:
+    async def shell_input(self, key: Key, data: str, sender: Subscriber) -> None:
+        size = utf8_size(data)
+        if size > self.shell_input_bytes:
+            raise RequestError(
+                ErrorCode.VALIDATION_ERROR,
+                f"shell input of {size} bytes is longer than the {self.shell_input_bytes} one message may "
+                "carry; send it in pieces, one after the other",
+                field="data",
+            )
         await self.ready_client(key)
         rt = self.runtime(key)
         if rt.shell is None:
             raise RequestError(ErrorCode.CONFLICT, "subscribe to the shell before sending input")
-        await rt.shell.send_input(data)
+        await rt.shell.send_input(data, sender)
 
     def _on_shell(self, rt: Runtime, frame: Manifest) -> None:
         event = ShellOutput(

@@ -56,3 +56,8 @@ def string_field(
     if len(value) > max_len:
         raise ValueError(f"field {name!r} is longer than {max_len} characters")
     return value
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8; a lone surrogate (JSON may carry one) counts as the three bytes it would take."""
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -9,7 +9,9 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
+from agentsession.gateway.connection import QUEUE_BYTES, REQUEST_BYTES
 from agentsession.gateway.origin import is_loopback, normalize_origin
+from agentsession.gateway.upstream import SHELL_INPUT_BYTES, SHELL_QUEUE_BYTES
 from agentsession.settings import LogFormat, LogLevel, StrList, load, settings_config
 
 
@@ -59,10 +61,33 @@ class GatewayConfig(BaseSettings):
         ge=1,
         description="Messages buffered per client before it is dropped as a slow consumer.",
     )
+    queue_bytes: int = Field(
+        default=QUEUE_BYTES,
+        ge=1,
+        description="Bytes of messages buffered per client before it is dropped as a slow consumer "
+        "(a message always fits in an empty queue).",
+    )
     max_requests_in_flight: int = Field(
         default=256,
         ge=1,
         description="Requests of one client answered at once; more are refused with `too_many_requests`.",
+    )
+    max_request_bytes_in_flight: int = Field(
+        default=REQUEST_BYTES,
+        ge=1,
+        description="Bytes of the frames of one client's requests answered at once; more are refused with "
+        "`too_many_requests` (a request always fits when none is in flight).",
+    )
+    shell_input_max_bytes: int = Field(
+        default=SHELL_INPUT_BYTES,
+        ge=1,
+        description="Most bytes (UTF-8) of one `shell.input`; a longer one is refused with `validation_error`.",
+    )
+    shell_input_queue_bytes: int = Field(
+        default=SHELL_QUEUE_BYTES,
+        ge=1,
+        description="Bytes of input one shell holds until agentctl takes them, whoever sent it; more is refused "
+        "with `too_many_requests`.",
     )
     init_timeout: float = Field(
         default=120.0,

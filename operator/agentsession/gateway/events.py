@@ -62,6 +62,19 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class HistoryPage:
+    """A page of an agent's history after the first (which the answer to its initialize carries), for the request
+    `action`: more follow while `next` is set, then that agent's live updates."""
+
+    action: str
+    agent_id: str
+    updates: list[dict[str, Any]]  # journal entries
+    next: int | None
+    request_id: str | None = None
+    envelope_id: str | None = None
+
+
+@dataclass(frozen=True)
 class Failure:
     """A request that failed: `code` is one of ErrorCode; the dialect maps it to its own spelling."""
 
@@ -73,7 +86,16 @@ class Failure:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-Event = AgentStatusChanged | AgentRemoved | AgentctlReady | AgentUpdate | ShellOutput | Reply | Failure
+Event = (
+    AgentStatusChanged
+    | AgentRemoved
+    | AgentctlReady
+    | AgentUpdate
+    | ShellOutput
+    | Reply
+    | HistoryPage
+    | Failure
+)
 
 
 class ErrorCode:

@@ -17,6 +17,7 @@ from agentsession.gateway.events import (
     ErrorCode,
     Event,
     Failure,
+    HistoryPage,
     Reply,
     ShellOutput,
 )
@@ -90,6 +91,16 @@ class LifecycleCodec:
             return _update(event)
         if isinstance(event, Reply):
             return _reply(event)
+        if isinstance(event, HistoryPage):
+            return {
+                "type": "agent_history",
+                "payload": {
+                    "agentId": event.agent_id,
+                    "requestId": event.request_id,
+                    "updates": _history(event.agent_id, event.updates),
+                    "next": event.next,
+                },
+            }
         if isinstance(event, Failure):
             payload: dict[str, Any] = {
                 "code": event.code,
@@ -114,6 +125,15 @@ class LifecycleCodec:
 
 def update_entry(agent_id: str, timestamp: str, notification: dict[str, Any]) -> dict[str, Any]:
     return {"agentId": agent_id, "timestamp": timestamp, "notification": notification}
+
+
+def _history(agent_id: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The journal entries this dialect shows in a history: the ACP session updates."""
+    return [
+        update_entry(agent_id, u["timestamp"], u["notification"])
+        for u in entries
+        if u.get("kind") == "session_update"
+    ]
 
 
 def _update(event: AgentUpdate) -> Frame | None:
@@ -156,11 +176,8 @@ def _reply(reply: Reply) -> Frame:
             "payload": {
                 "agentId": p["agentId"],
                 "info": p["info"],
-                "updates": [
-                    update_entry(p["agentId"], u["timestamp"], u["notification"])
-                    for u in p["updates"]
-                    if u.get("kind") == "session_update"
-                ],
+                "updates": _history(p["agentId"], p["updates"]),
+                "next": p["next"],
                 "requestId": reply.request_id,
             },
         }

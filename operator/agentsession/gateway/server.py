@@ -166,8 +166,9 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     codec: Codec = DIALECTS[dialect]()
     conn = Connection(
-        ws, codec, identity, None if config.insecure_dev_mode else app[AUTH], queue_size=config.queue_size
-    )
+        ws, codec, identity, None if config.insecure_dev_mode else app[AUTH], queue_size=config.queue_size,
+        queue_bytes=config.queue_bytes, request_bytes=config.max_request_bytes_in_flight,
+    )  # fmt: skip
     metrics.CONNECTIONS.labels(dialect).inc()
     conn.start()
     users = app[USERS]
@@ -253,9 +254,12 @@ def _take(
     elif len(requests) >= max_in_flight:
         metrics.MESSAGES.labels("in", "refused").inc()
         conn.deliver(_too_many(decoded, max_in_flight))
+    elif (refused := conn.reserve(decoded, len(msg.data))) is not None:
+        metrics.MESSAGES.labels("in", "refused").inc()
+        conn.deliver(refused)
     else:
         # Requests run concurrently: a slow initialize must not hold up a ping or a prompt.
-        requests.spawn(service.handle(conn, decoded), decoded.action)
+        requests.spawn(conn.answer(len(msg.data), lambda: service.handle(conn, decoded)), decoded.action)
 
 
 def _too_many(cmd: Command, limit: int) -> Failure:
@@ -324,6 +328,8 @@ def build_app(config: GatewayConfig, kube: Kube | None = None) -> web.Applicatio
             agentctl_host_override=config.agentctl_host_override,
             agentctl_port_override=config.agentctl_port_override,
             init_timeout=config.init_timeout,
+            shell_input_bytes=config.shell_input_max_bytes,
+            shell_queue_bytes=config.shell_input_queue_bytes,
         )
         app[CACHE] = cache
         app[REGISTRY] = registry

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
-from agentsession.agentctl_client import AgentctlError
+from agentsession.agentctl_client import AgentctlApi, AgentctlError
 from agentsession.gateway import commands as c
 from agentsession.gateway import metrics
 from agentsession.gateway.agents import AgentRegistry, split_id
 from agentsession.gateway.commands import Command
 from agentsession.gateway.connection import Connection
-from agentsession.gateway.events import AgentctlReady, AgentUpdate, ErrorCode, Failure, Reply, RequestError
+from agentsession.gateway.events import (
+    AgentctlReady,
+    AgentUpdate,
+    ErrorCode,
+    Event,
+    Failure,
+    HistoryPage,
+    Reply,
+    RequestError,
+)
 from agentsession.gateway.upstream import request_error
 from agentsession.gateway.watch_cache import Key
 from agentsession.kube.views import SessionView
@@ -38,6 +48,9 @@ class Service:
     async def handle(self, conn: Connection, cmd: Command) -> None:
         metrics.MESSAGES.labels("in", cmd.action).inc()
         try:
+            if cmd.action == c.INITIALIZE:
+                await self._initialize(conn, cmd)
+                return
             payload = await self._answer(conn, cmd)
         except RequestError as exc:
             details = dict(exc.details)
@@ -81,6 +94,77 @@ class Service:
         except AgentctlError as exc:
             raise request_error(exc) from exc
 
+    async def _initialize(self, conn: Connection, cmd: Command) -> None:
+        """Starts the agent if need be, then sends its history a page at a time: the answer carries the first,
+        `HistoryPage`s the others, each written to the client before the next is read from agentctl; then the
+        client follows the agent live from where the history ended."""
+        reg = self.registry
+        key = await self._key(conn, cmd)
+        agent = cmd.agent_id or ""
+        try:
+            await reg.start_and_wait(key)
+            async with conn.history_stream(agent):
+                client = await reg.ready_client(key)
+                after: int | None = 0
+                journal: str | None = None
+                while after is not None:
+                    # Updates from here on are held: those from before are in the journal, so in this page or later.
+                    conn.hold_updates(agent)
+                    written, after, journal = await self._history_page(conn, cmd, key, client, after, journal)
+                    # One page at a time in this gateway's memory: the next is read once this one has left.
+                    if not await written:
+                        return  # the client left
+        except AgentctlError as exc:
+            metrics.INITIALIZATIONS.labels("failed").inc()
+            raise request_error(exc) from exc
+        except RequestError:
+            metrics.INITIALIZATIONS.labels("failed").inc()
+            raise
+        metrics.INITIALIZATIONS.labels("ok").inc()
+
+    async def _history_page(
+        self, conn: Connection, cmd: Command, key: Key, client: AgentctlApi, after: int, journal: str | None
+    ) -> tuple[asyncio.Future[bool], int | None, str]:
+        """Reads the page after `after` and delivers it (the first, with no `journal` read yet, as the answer); the
+        last one makes the client live. Answers when the page will have been written, the `after` of the next page
+        (None after the last) and the journal read."""
+        agent = cmd.agent_id or ""
+        page = await client.history(after)
+        if journal is not None and page.journal_id != journal:
+            raise RequestError(
+                ErrorCode.UPSTREAM_ERROR,
+                f"the journal of {agent} was replaced while its history was being sent (a new workspace); "
+                "initialize again",
+            )
+        more = page.next
+        if more is not None and more <= after:
+            # An agentctl that answers so would have the gateway read the same page for ever.
+            raise RequestError(
+                ErrorCode.UPSTREAM_ERROR, f"agentctl's history of {agent} did not go on after {after}"
+            )
+        follow: list[Event] = []
+        if more is None:
+            # Requests still waiting for an answer are announced again, so a late client can answer them.
+            pending = (await client.permissions()).pending
+            follow = [
+                AgentUpdate(agent, 0, p.created_at, "permission_request", p.model_dump()) for p in pending
+            ]
+            # What the agent journaled meanwhile did not all fit in what is held: it is read from the journal.
+            if conn.held_overflowed(agent):
+                more = page.last_seq
+        updates = [entry.model_dump() for entry in page.updates]
+        event: Event
+        if journal is None:
+            payload = {"agentId": agent, "info": self.registry.info(key), "updates": updates, "next": more}
+            event = Reply(cmd.action, payload, cmd.request_id, cmd.envelope_id)
+        else:
+            event = HistoryPage(cmd.action, agent, updates, more, cmd.request_id, cmd.envelope_id)
+        written = conn.deliver_tracked(event)
+        if more is None:
+            # In the same step as the last page: nothing the client receives falls between the two.
+            conn.release_updates(agent, page.last_seq, follow)
+        return written, more, page.journal_id
+
     async def _run(self, conn: Connection, cmd: Command) -> dict[str, Any]:
         reg = self.registry
         if cmd.action == c.PING:
@@ -94,14 +178,15 @@ class Service:
             }
         key = await self._key(conn, cmd)
         agent = cmd.agent_id or ""
-        if cmd.action == c.INITIALIZE:
-            return await self._initialize(conn, key, agent)
         if cmd.action == c.SUBSCRIBE:
             session = SessionView(reg.session(key))
             info = reg.info(key)
             ready = session.condition_true("AgentctlReady")
             reply: dict[str, Any] = {"success": True, "task_id": agent, "status": info["status"] if info else None,
-                                     "agentctl_ready": ready, "_after": 1 << 62}  # fmt: skip
+                                     "agentctl_ready": ready}  # fmt: skip
+            if not conn.streaming_history(agent):
+                # Live from now on; while a history is being sent, its end makes the client live.
+                reply["_after"] = 1 << 62
             if ready:
                 # Subscribed after readiness: say so at once rather than leave the client waiting for it.
                 reply["_follow"] = [AgentctlReady(agent, session.status.podUID)]
@@ -138,31 +223,6 @@ class Service:
             await reg.shell_unsubscribe(key, conn)
             return {"success": True, "task_id": agent}
         if cmd.action == c.SHELL_INPUT:
-            await reg.shell_input(key, cmd.args["data"])
+            await reg.shell_input(key, cmd.args["data"], conn)
             return {"success": True, "task_id": agent}
         raise RequestError(ErrorCode.UNKNOWN_ACTION, f"unsupported request {cmd.action!r}")
-
-    async def _initialize(self, conn: Connection, key: Key, agent: str) -> dict[str, Any]:
-        reg = self.registry
-        try:
-            await reg.start_and_wait(key)
-            conn.hold_updates(agent)
-            client = await reg.ready_client(key)
-            history = await client.history(0)
-            pending = (await client.permissions()).pending
-        except (RequestError, AgentctlError):
-            conn.drop_updates(agent)
-            metrics.INITIALIZATIONS.labels("failed").inc()
-            raise
-        metrics.INITIALIZATIONS.labels("ok").inc()
-        info = reg.info(key)
-        return {
-            "agentId": agent,
-            "info": info,
-            "updates": [entry.model_dump() for entry in history.updates],
-            "_after": history.last_seq,
-            # Requests still waiting for an answer are announced again, so a late client can answer them.
-            "_follow": [
-                AgentUpdate(agent, 0, p.created_at, "permission_request", p.model_dump()) for p in pending
-            ],
-        }

@@ -22,6 +22,7 @@ from agentsession.gateway.events import (
     ErrorCode,
     Event,
     Failure,
+    HistoryPage,
     Reply,
     ShellOutput,
 )
@@ -164,6 +165,18 @@ class TaskCodec:
         if isinstance(event, Reply):
             action = _WIRE_ACTIONS.get(event.action, event.action)
             return envelope("response", action, event.payload, event.envelope_id)
+        if isinstance(event, HistoryPage):
+            return envelope(
+                "notification",
+                "task.history",
+                {
+                    "task_id": event.agent_id,
+                    # The id of the request whose answer carried the first page.
+                    "request_id": event.envelope_id,
+                    "updates": event.updates,
+                    "next": event.next,
+                },
+            )
         if isinstance(event, Failure):
             action = _WIRE_ACTIONS.get(event.action or "", event.action or "")
             return envelope(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -18,10 +19,14 @@ from agentsession.agentctl_api import StatusResponse
 from agentsession.agentctl_client import BAD_ANSWER, AgentctlApi, AgentctlError, ShellChannel
 from agentsession.api.manifest import Manifest
 from agentsession.gateway import metrics
+from agentsession.gateway.codec import utf8_size
 from agentsession.gateway.events import ErrorCode, RequestError
 from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
+
+SHELL_INPUT_BYTES = 64 * 1024  # one shell.input: a paste is sent in pieces
+SHELL_QUEUE_BYTES = 1024 * 1024
 
 
 # agentctl's refusals that mean the same to the gateway's client; any other is agentctl's own failure.
@@ -130,15 +135,39 @@ class UpdateStream:
             self._on_connected(value)
 
 
-class ShellStream:
-    """One shell stream per agent while any client watches the shell; output is fanned out by the caller."""
+@dataclass(eq=False)
+class _Input:
+    data: str
+    size: int
+    owner: object  # who sent it
+    written: asyncio.Future[None]
 
-    def __init__(self, client: AgentctlApi, on_frame: Callable[[Manifest], Awaitable[None] | None]) -> None:
+
+class ShellStream:
+    """One shell stream per agent while any client watches the shell; output is fanned out by the caller.
+
+    Input from every client goes through one queue, bounded in bytes, and is written one frame at a time: a shell
+    that does not read (its terminal's buffer is full) leaves at most the queue in this gateway's memory, and
+    input that does not fit is refused.
+    """
+
+    def __init__(
+        self,
+        client: AgentctlApi,
+        on_frame: Callable[[Manifest], Awaitable[None] | None],
+        *,
+        queue_bytes: int = SHELL_QUEUE_BYTES,
+    ) -> None:
         self.client = client
         self._on_frame = on_frame
         self._channel: ShellChannel | None = None
         self._tasks = Supervisor("agentctl shell stream", log)
         self._ready = asyncio.Event()
+        self._queue_bytes = queue_bytes
+        self._inputs: deque[_Input] = deque()
+        self._writing: _Input | None = None
+        self.queued_bytes = 0
+        self._input_waiting = asyncio.Event()
 
     async def start(self, within: float = 10.0) -> None:
         self._tasks.spawn(self._run(), self.client.endpoint)
@@ -147,11 +176,73 @@ class ShellStream:
 
     async def stop(self) -> None:
         await self._tasks.close()
+        self._fail_inputs("the shell stream to agentctl closed before this input was written")
 
-    async def send_input(self, data: str) -> None:
+    async def send_input(self, data: str, owner: object = None) -> None:
+        """Queues `data` for the shell and waits until it is written to agentctl; refused when the queue is full.
+        Cancelled, it leaves the queue (unless it is being written)."""
         if self._channel is None:
             raise RequestError(ErrorCode.UPSTREAM_ERROR, "the shell stream to agentctl is not connected")
-        await self._channel.send_input(data)
+        size = utf8_size(data)
+        if self.queued_bytes and self.queued_bytes + size > self._queue_bytes:
+            raise RequestError(
+                ErrorCode.TOO_MANY_REQUESTS,
+                f"the shell's input queue is full: {self.queued_bytes} bytes sent earlier wait for the shell to "
+                f"read them (at most {self._queue_bytes}); send this again once the shell reads",
+            )
+        item = _Input(data, size, owner, asyncio.get_running_loop().create_future())
+        self._inputs.append(item)
+        self.queued_bytes += size
+        self._input_waiting.set()
+        try:
+            await item.written
+        except asyncio.CancelledError:
+            self._discard(item)
+            raise
+
+    def release(self, owner: object) -> None:
+        """Lets go of the input `owner` queued (a client that left), but for the frame being written."""
+        for item in [i for i in self._inputs if i.owner is owner]:
+            if self._discard(item):
+                item.written.cancel()
+
+    def _discard(self, item: _Input) -> bool:
+        if item is self._writing or item not in self._inputs:
+            return False
+        self._inputs.remove(item)
+        self.queued_bytes -= item.size
+        return True
+
+    def _fail_inputs(self, why: str) -> None:
+        inputs, self._inputs = self._inputs, deque()
+        self.queued_bytes = 0
+        for item in inputs:
+            if not item.written.done():
+                item.written.set_exception(RequestError(ErrorCode.UPSTREAM_ERROR, why))
+
+    async def _write_inputs(self, channel: ShellChannel) -> None:
+        while True:
+            while not self._inputs:
+                self._input_waiting.clear()
+                await self._input_waiting.wait()
+            item = self._writing = self._inputs[0]
+            failure: AgentctlError | None = None
+            try:
+                # One frame at a time: agentctl takes the next once it has taken this one.
+                await channel.send_input(item.data)
+            except AgentctlError as exc:
+                failure = exc
+            finally:
+                # Cancelled, the frame stays queued: the stream's end fails it with the others.
+                self._writing = None
+            self._inputs.popleft()
+            self.queued_bytes -= item.size
+            if item.written.done():
+                continue
+            if failure is None:
+                item.written.set_result(None)
+            else:
+                item.written.set_exception(request_error(failure))
 
     async def _run(self) -> None:
         failures = 0
@@ -162,6 +253,7 @@ class ShellStream:
                     metrics.UPSTREAM_STREAMS.labels("shell").inc()
                     self._ready.set()
                     failures = 0
+                    writer = asyncio.create_task(self._write_inputs(channel))
                     try:
                         async for frame in channel.frames():
                             if frame.type in ("output", "exit"):
@@ -171,6 +263,9 @@ class ShellStream:
                     finally:
                         self._channel = None
                         metrics.UPSTREAM_STREAMS.labels("shell").dec()
+                        writer.cancel()
+                        await asyncio.wait([writer])
+                        self._fail_inputs("the shell stream to agentctl closed before this input was written")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

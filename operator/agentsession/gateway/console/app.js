@@ -84,7 +84,7 @@ function startGateway() {
       else if (state === "connecting") connection("Connecting…", "warn");
       else if (state === "lost") {
         connection(`Connection lost; reconnecting in ${Math.round(delay / 1000)} s…`, "bad");
-        if (app.page) app.page.initialized = false;
+        if (app.page) Object.assign(app.page, { initialized: false, initializing: false, historyRequest: null });
         renderSession();
       } else if (state === "ended") {
         // The token no longer holds (or no longer reaches this view): /whoami says which, and the sign-in
@@ -122,6 +122,17 @@ function onFrame(frame) {
     }
     case "agent_update":
       if (app.page?.id === p.agentId && app.page.initialized) applyUpdate(p.notification?.update);
+      break;
+    case "agent_history":
+      if (app.page?.id === p.agentId && p.requestId === app.page.historyRequest) historyPage(app.page, p);
+      break;
+    case "error":
+      // The history stopped after its first pages (agentctl failed on the way): the page is not live.
+      if (app.page && p.requestId && p.requestId === app.page.historyRequest) {
+        Object.assign(app.page, { initializing: false, historyRequest: null });
+        sessionError(`The history stopped: ${p.message}`);
+        renderSession();
+      }
       break;
     case "agent_permission_request":
       if (app.page?.id === p.agentId) addPermission(p);
@@ -217,6 +228,7 @@ function openSession(id) {
       id,
       initialized: false,
       initializing: false,
+      historyRequest: null, // the initialize whose history pages are still coming
       transcript: new Transcript(),
       elements: new Map(),
       permissions: new Map(),
@@ -258,6 +270,7 @@ function renderSession() {
   const lines = [];
   if (!app.socket?.open) lines.push(["bad", "Not connected to the gateway; the page reconnects by itself."]);
   if (status === "failed") lines.push(["bad", `Failed: ${info.error || why(info, cluster)}`]);
+  else if (page.historyRequest) lines.push(["muted", "Loading the history…"]);
   else if (status === "initializing" || page.initializing) {
     const reason = why(info, cluster);
     lines.push(["warn", `Starting${cluster.phase ? ` (${cluster.phase})` : ""}${reason ? `: ${reason}` : "…"}`]);
@@ -314,22 +327,34 @@ async function initialize() {
   const page = app.page;
   page.initializing = true;
   renderSession();
+  let answer;
   try {
-    const answer = await app.socket.request({ type: "initialize_agent_request", agentId: page.id });
-    if (app.page !== page) return;
-    // The whole history, replacing what the page showed: a reconnection never shows an update twice.
-    page.transcript = new Transcript();
-    page.elements.clear();
-    $("transcript").replaceChildren();
-    for (const entry of answer.updates) applyUpdate(entry.notification?.update);
-    page.initialized = true;
-    sessionError("");
+    answer = await app.socket.request({ type: "initialize_agent_request", agentId: page.id });
   } catch (err) {
-    if (app.page === page) sessionError(`Cannot open the session: ${err.message}`);
-  } finally {
     page.initializing = false;
-    if (app.page === page) renderSession();
+    if (app.page === page) {
+      sessionError(`Cannot open the session: ${err.message}`);
+      renderSession();
+    }
+    return;
   }
+  if (app.page !== page) return;
+  // The whole history, replacing what the page showed: a reconnection never shows an update twice. It comes in
+  // pages: this answer's, then `agent_history` frames of the same request until one says `next: null`.
+  page.transcript = new Transcript();
+  page.elements.clear();
+  $("transcript").replaceChildren();
+  page.historyRequest = answer.requestId;
+  historyPage(page, answer);
+}
+
+function historyPage(page, { updates, next }) {
+  for (const entry of updates) applyUpdate(entry.notification?.update);
+  if (next !== null && next !== undefined) return;
+  // The last page: the agent's live updates follow from here.
+  Object.assign(page, { initialized: true, initializing: false, historyRequest: null });
+  sessionError("");
+  renderSession();
 }
 
 function applyUpdate(update) {

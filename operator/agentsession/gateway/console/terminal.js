@@ -6,6 +6,21 @@
 import { GatewaySocket, TASK } from "./gateway.js";
 
 const SUBSCRIBE_ATTEMPTS = 6;
+// The gateway takes at most 64 KiB of UTF-8 in one `shell.input`: longer input (a paste) goes in pieces of this
+// many UTF-16 units (at most 48 KiB), each sent once the gateway has taken the one before, in order.
+const INPUT_PIECE = 16 * 1024;
+
+function pieces(data) {
+  const out = [];
+  for (let start = 0; start < data.length; ) {
+    let end = Math.min(start + INPUT_PIECE, data.length);
+    const last = data.charCodeAt(end - 1);
+    if (end < data.length && last >= 0xd800 && last <= 0xdbff) end -= 1; // not between a surrogate pair
+    out.push(data.slice(start, end));
+    start = end;
+  }
+  return out;
+}
 
 let xterm;
 
@@ -36,6 +51,7 @@ export class ShellPanel {
     this.term = null;
     this.agentId = null;
     this.subscribed = false;
+    this.input = Promise.resolve(); // the input sent last, which the next waits for
     this.resize = new ResizeObserver(() => this.fit?.fit());
   }
 
@@ -60,9 +76,16 @@ export class ShellPanel {
     this.resize.observe(this.container);
     this.term.onData((data) => {
       if (!this.subscribed) return;
-      this.socket
-        .request({ action: "shell.input", payload: { task_id: agentId, data } })
-        .catch((err) => this.say(`Input not delivered: ${err.message}`));
+      const socket = this.socket;
+      for (const piece of pieces(data)) {
+        this.input = this.input.then(() =>
+          this.socket !== socket
+            ? undefined
+            : socket
+                .request({ action: "shell.input", payload: { task_id: agentId, data: piece } })
+                .catch((err) => this.say(`Input not delivered: ${err.message}`)),
+        );
+      }
     });
     this.say("Waiting for agentctl…");
     this.socket = new GatewaySocket({
@@ -77,6 +100,7 @@ export class ShellPanel {
   close() {
     this.agentId = null;
     this.subscribed = false;
+    this.input = Promise.resolve();
     this.resize.disconnect();
     this.socket?.stop();
     this.socket = null;

@@ -21,6 +21,7 @@ import hmac
 import json
 import re
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,24 @@ def read_key(path: Path) -> bytes:
             "needed (the chart's Secret `<release>-agentctl-key` holds one)"
         )
     return key
+
+
+def require_key(path: Path | None, program: str, flag: str, elsewhere: str) -> None:
+    """Stops `program` at start, with a usage error naming `flag`, when its release key is missing or unusable;
+    `elsewhere` says what to give it outside the chart (which mounts its Secret `<release>-agentctl-key`)."""
+    problem = "not set"
+    if path is not None:
+        try:
+            read_key(path)
+            return
+        except ReleaseKeyError as error:
+            problem = str(error)
+    print(
+        f"{program}: error: {flag}: {problem}; the chart mounts its Secret <release>-agentctl-key, elsewhere "
+        f"{elsewhere}",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agentsession.agentctl_auth import ReleaseKeyError, read_key
+from agentsession.agentctl_auth import require_key
 from agentsession.controller import (
     handlers,  # noqa: F401  (importing registers the handlers)
     metrics,
@@ -40,7 +40,13 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 
 def main(argv: Sequence[str] | None = None) -> None:
     config = load(OperatorConfig, argv)
-    _check_key(config)
+    # The release key is read at start (`handlers.start`); a missing or short one stops the operator here.
+    require_key(
+        config.agentctl_key_file,
+        "agentsession-operator",
+        "--agentctl-key-file / AGENTSESSION_AGENTCTL_KEY_FILE",
+        "write 32 or more random bytes to a file (the gateway must read the same one)",
+    )
     if config.leader_election and config.leader_election_namespace is None:
         config = config.model_copy(update={"leader_election_namespace": _own_namespace()})
     kopf.configure(log_format=kopf.LogFormat.JSON if config.log_format == "json" else kopf.LogFormat.FULL)
@@ -50,24 +56,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         # kopf reports every handler success at INFO; the reconciler's own logs and Events say what matters.
         logging.getLogger("kopf.objects").setLevel(max(logging.WARNING, root.level))
     asyncio.run(run(config))
-
-
-def _check_key(config: OperatorConfig) -> None:
-    """The release key is read at start (`handlers.start`); a missing or short one stops the operator here."""
-    problem = "not set"
-    if config.agentctl_key_file is not None:
-        try:
-            read_key(config.agentctl_key_file)
-            return
-        except ReleaseKeyError as error:
-            problem = str(error)
-    print(
-        "agentsession-operator: error: --agentctl-key-file / AGENTSESSION_AGENTCTL_KEY_FILE: "
-        f"{problem}; the chart mounts its Secret <release>-agentctl-key, elsewhere write 32 or more random "
-        "bytes to a file (the gateway must read the same one)",
-        file=sys.stderr,
-    )
-    raise SystemExit(2)
 
 
 def _own_namespace() -> str:

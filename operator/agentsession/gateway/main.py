@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 from aiohttp import web
 
-from agentsession.agentctl_auth import ReleaseKeyError, read_key
-from agentsession.gateway.config import GatewayConfig, parse_args
+from agentsession.agentctl_auth import require_key
+from agentsession.gateway.config import parse_args
 from agentsession.gateway.server import build_app, close_all, serve_metrics
 from agentsession.logs import setup_logging
 
@@ -17,7 +16,13 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
-    _check_key(config)
+    # The release key is read as the app starts (`server.build_app`); a missing or short one stops it here.
+    require_key(
+        config.agentctl_key_file,
+        "agentsession-gateway",
+        "--agentctl-key-file",
+        "give the file the operator reads",
+    )
     setup_logging(config.log_format, config.log_level)
     app = build_app(config)
     app.on_shutdown.append(close_all)
@@ -26,23 +31,6 @@ def main(argv: list[str] | None = None) -> None:
         log.info("metrics and probes on %s:%d", config.metrics_host, config.metrics_port)
     log.info("gateway listening on %s:%d", config.host, config.port)
     web.run_app(app, host=config.host, port=config.port, print=None, access_log=None, shutdown_timeout=5)
-
-
-def _check_key(config: GatewayConfig) -> None:
-    """The release key is read as the app starts (`server.build_app`); a missing or short one stops it here."""
-    problem = "not set"
-    if config.agentctl_key_file is not None:
-        try:
-            read_key(config.agentctl_key_file)
-            return
-        except ReleaseKeyError as error:
-            problem = str(error)
-    print(
-        f"agentsession-gateway: error: --agentctl-key-file: {problem}; the chart mounts its Secret "
-        "<release>-agentctl-key, elsewhere give the file the operator reads",
-        file=sys.stderr,
-    )
-    raise SystemExit(2)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from agentsession.controller.network_policy import build_policy
 from agentsession.controller.pod_builder import build_pod, build_token_secret, build_workspace_claim
 from agentsession.controller.pool_builder import PoolRef, build_member
 from tests.conftest import installed_tool, wait_until
+from tests.integration.conftest import fresh_namespace
 from tests.support.chart import POLICY_KINDS, RBAC_KINDS, Cluster, accounts, installed
 from tests.support.kube import NOWHERE, Sessions
 from tests.support.processes import operator_process
@@ -75,30 +75,17 @@ def cluster(kubectl: str, kubeconfig: str) -> Cluster:
     return Cluster(kubectl, kubeconfig)
 
 
-def _unenforced_namespace(kube_api: Any, prefix: str) -> Iterator[str]:
-    core = client.CoreV1Api(kube_api)
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    labels = {
-        "pod-security.kubernetes.io/enforce": "privileged",
-        "app.kubernetes.io/part-of": "agentsession-tests",
-    }
-    core.create_namespace({"metadata": {"name": name, "labels": labels}})
-    wait_until(f"service account in {name}", lambda: core.read_namespaced_service_account("default", name))
-    yield name
-    core.delete_namespace(name)
-
-
 @pytest.fixture
 def namespace(kube_api: Any, namespace_prefix: str) -> Iterator[str]:
     """The release's: a namespace that enforces no Pod Security level, as kube-system does not, so the policies
     must refuse what Pod Security admission would have let through there."""
-    yield from _unenforced_namespace(kube_api, namespace_prefix)
+    yield from fresh_namespace(kube_api, namespace_prefix, pod_security="privileged")
 
 
 @pytest.fixture
 def elsewhere(kube_api: Any, namespace_prefix: str) -> Iterator[str]:
     """Another namespace, which the chart knows nothing of: where cluster scope serves sessions too."""
-    yield from _unenforced_namespace(kube_api, namespace_prefix)
+    yield from fresh_namespace(kube_api, namespace_prefix, pod_security="privileged")
 
 
 @pytest.fixture

@@ -55,7 +55,9 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
 
 async def plugin(gateway: GatewayProcess, *args: str) -> str:
     """`kubectl agentsession ARGS` (the plugin's one file, run as kubectl runs it), with stdin at its end."""
+    # A token of its own: the gateway in dev mode takes any, and no kubeconfig the environment names is asked.
     command = [sys.executable, str(PLUGIN_SOURCE), *args, NAME, "-n", NS, "--gateway", gateway.ws_url]
+    command += ["--token", "dev-mode-takes-any"]
     done = await asyncio.to_thread(
         subprocess.run, command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT
     )

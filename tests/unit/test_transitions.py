@@ -161,6 +161,20 @@ CASES = [
         status("Starting", AgentctlReady=("ContainerCreating", "creating")),
     ),
     Case(
+        "the kubelet catching up with a Secret that exists is no warning",
+        status("Starting", AgentctlReady=("ContainerCreating", "creating")),
+        status(
+            "Starting",
+            AgentctlReady=("CreateContainerConfigError", "failed to sync secret cache: timed out waiting"),
+        ),
+    ),
+    Case(
+        "a Secret that does not exist is",
+        status("Starting", AgentctlReady=("ContainerCreating", "creating")),
+        status("Starting", AgentctlReady=("CreateContainerConfigError", 'secret "creds" not found')),
+        [warning("CreateContainerConfigError", 'AgentctlReady: secret "creds" not found')],
+    ),
+    Case(
         "no phase yet",
         status(None),
         status(None, Ready=("PodNotCreated", "waiting")),

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from agentsession.agentctl_api import DrainResponse
 from agentsession.api.models import AgentSessionStatus
 from agentsession.controller.rejections import QUOTA_REASON
-from agentsession.controller.status_mapper import FAILED_REASONS, IMAGE_PULL_REASONS, NODE_NOT_READY
+from agentsession.controller.status_mapper import (
+    FAILED_REASONS,
+    IMAGE_PULL_REASONS,
+    KUBELET_CACHE_LAG,
+    NODE_NOT_READY,
+)
 
 WARNING_REASONS = (
     FAILED_REASONS
@@ -50,6 +55,8 @@ def status_events(previous: AgentSessionStatus, current: AgentSessionStatus) -> 
         before = previous.condition(condition.type)
         if condition.reason not in WARNING_REASONS or condition.reason in told:
             continue
+        if KUBELET_CACHE_LAG.match(condition.message):
+            continue  # the kubelet catching up with a Secret that exists: the session is only Starting
         if before is not None and before.reason == condition.reason:
             continue
         events.append(EventRecord("Warning", condition.reason, f"{condition.type}: {condition.message}"))

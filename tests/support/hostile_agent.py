@@ -188,13 +188,18 @@ def main() -> int:
     parser.add_argument("--session-id", default="hostile-session", help="the ACP session id it gives")
     args = parser.parse_args()
     agent = Agent(args.bloat, args.session_id)
-    for line in sys.stdin.buffer:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(message, dict):
-            agent.handle(message)
+    try:
+        for line in sys.stdin.buffer:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict):
+                agent.handle(message)
+    except BrokenPipeError:
+        # agentctl closed its end while an answer was on its way: the connection is over, as at the end of the
+        # input. Whatever is still buffered for stdout goes nowhere instead of failing the exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

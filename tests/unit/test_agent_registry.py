@@ -5,7 +5,7 @@ status) is played by the test; the cluster tier proves the same on real parts.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -134,16 +134,6 @@ class Gateway:
         if state.get("ready") and agentctl.agent_state == "stopped":
             await agentctl.start(StartRequest())
         await self.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": status(**state)}, status=True)
-
-
-@pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    world = Gateway()
-    world.cache.start()
-    await world.cache.wait_synced()
-    yield world
-    await world.registry.close()
-    await world.cache.stop()
 
 
 async def test_readiness_is_announced_and_the_update_stream_opened(gateway: Gateway) -> None:

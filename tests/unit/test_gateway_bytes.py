@@ -51,16 +51,6 @@ def journal(fake: FakeAgentctl, count: int) -> None:
     )
 
 
-@pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
-    world = Gateway()
-    world.cache.start()
-    await world.cache.wait_synced()
-    yield world
-    await world.registry.close()
-    await world.cache.stop()
-
-
 async def ready(gateway: Gateway, entries: int = 0) -> FakeAgentctl:
     """The session Ready with `entries` in its journal, its update stream open; history pages of PAGE entries."""
     fake = gateway.agentctl()

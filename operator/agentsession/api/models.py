@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from agentsession.agentctl_api import AgentIdentity, CurrentModeId, Modes, SessionId
+from agentsession.api.egress import Budget, NetworkSpec, Usage
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Go duration syntax, which CEL's duration() parses, so rules can compare durations.
@@ -55,7 +56,7 @@ KubeObject = dict[str, Any]
 
 AgentType = Literal["demo", "claude-code", "codex", "gemini", "custom"]
 ConditionType = Literal[
-    "PodScheduled", "AgentctlReady", "AgentInitialized", "Suspended", "Ready", "RestartPending"
+    "PodScheduled", "AgentctlReady", "AgentInitialized", "Suspended", "Ready", "RestartPending", "BudgetExhausted"
 ]
 ConditionStatus = Literal["True", "False", "Unknown"]
 # Unknown, as a Pod's: the node stopped reporting, so nothing confirms the agent runs or has stopped.
@@ -514,6 +515,14 @@ class AgentSessionSpec(_Model):
     suspend: bool = Field(default=False, description="True keeps the record and workspace but runs no pod.")
     lifecycle: LifecycleSpec | None = None
     podTemplate: PodTemplateOverrides | None = None
+    network: NetworkSpec | None = Field(
+        default=None, description="What the agent may reach through the egress proxy, and whether it may push."
+    )
+    budget: Budget | None = Field(
+        default=None,
+        description="Limits on model use; when one is reached the proxy refuses model calls and the running "
+        "turn ends (condition BudgetExhausted).",
+    )
     poolRef: PoolReference | None = Field(
         default=None,
         description="At the first start, claim a warm pod of this AgentSessionPool (its template must give the "
@@ -604,6 +613,9 @@ class AgentSessionStatus(_Model):
     podsCreated: int | None = Field(default=None, ge=0, description="Pods created for this session so far.")
     acp: AcpStatus | None = None
     startup: StartupTimings | None = None
+    usage: Usage | None = Field(
+        default=None, description="Model use so far, metered by the egress proxy; kept across pods and restarts."
+    )
 
     def condition(self, kind: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type == kind), None)

@@ -70,7 +70,8 @@ class NetworkSpec(_Model):
         default=None, description="Hosts the agent may reach through the proxy, besides the model endpoint."
     )
     git: GitAccess | None = Field(
-        default=None, description="What the agent may do on the configured git hosts (clone and fetch always)."
+        default=None,
+        description="What the agent may do on the configured git hosts (clone and fetch always).",
     )
 
 

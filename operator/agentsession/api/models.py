@@ -56,7 +56,13 @@ KubeObject = dict[str, Any]
 
 AgentType = Literal["demo", "claude-code", "codex", "gemini", "custom"]
 ConditionType = Literal[
-    "PodScheduled", "AgentctlReady", "AgentInitialized", "Suspended", "Ready", "RestartPending", "BudgetExhausted"
+    "PodScheduled",
+    "AgentctlReady",
+    "AgentInitialized",
+    "Suspended",
+    "Ready",
+    "RestartPending",
+    "BudgetExhausted",
 ]
 ConditionStatus = Literal["True", "False", "Unknown"]
 # Unknown, as a Pod's: the node stopped reporting, so nothing confirms the agent runs or has stopped.
@@ -516,7 +522,8 @@ class AgentSessionSpec(_Model):
     lifecycle: LifecycleSpec | None = None
     podTemplate: PodTemplateOverrides | None = None
     network: NetworkSpec | None = Field(
-        default=None, description="What the agent may reach through the egress proxy, and whether it may push."
+        default=None,
+        description="What the agent may reach through the egress proxy, and whether it may push.",
     )
     budget: Budget | None = Field(
         default=None,
@@ -614,7 +621,8 @@ class AgentSessionStatus(_Model):
     acp: AcpStatus | None = None
     startup: StartupTimings | None = None
     usage: Usage | None = Field(
-        default=None, description="Model use so far, metered by the egress proxy; kept across pods and restarts."
+        default=None,
+        description="Model use so far, metered by the egress proxy; kept across pods and restarts.",
     )
 
     def condition(self, kind: ConditionType) -> Condition | None:

@@ -282,7 +282,9 @@ class AgentSpec(_Model):
         default=None, description="Compute resources of the agent container."
     )
     credentialsSecretRef: SecretReference | None = Field(
-        default=None, description="API keys for the agent, from a Secret (never inline)."
+        default=None,
+        description="API keys for the agent, from a Secret (never inline). With the release's egress proxy, no "
+        "container reads it: the agent holds a stand-in key and the proxy puts in the real one.",
     )
     model: ModelEndpoint | None = Field(
         default=None, description="Where the agent's model API is, when not the vendor's default."

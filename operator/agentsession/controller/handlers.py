@@ -167,6 +167,12 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         background.spawn(_everything(memo), "reconcile everything for the egress proxy's new address")
 
     proxy = None
+    if config.egress_proxy is not None and config.agentctl_network_policy is None:
+        log.warning(
+            "egress_proxy is set but agentctl_network_policy is not: session pods get the proxy and a phantom "
+            "key, but nothing keeps them from other destinations; set agentctl_network_policy (the chart's "
+            "networkPolicy.enabled) to enforce it"
+        )
     if config.egress_proxy is not None:
         # Read before any reconcile runs, so that no session waits for an address the operator could know.
         proxy = ProxyAddress(kube, config.egress_proxy, moved)

@@ -62,6 +62,7 @@ def test_apply_creates_token_secret_and_pod_with_the_sidecar(
         "AgentInitialized",
         "Suspended",
         "Ready",
+        "BudgetExhausted",
     }
 
 

@@ -81,6 +81,22 @@ def test_printer_columns_and_subresources() -> None:
     assert crd_manifest(SESSION)["spec"]["names"]["shortNames"] == ["ags"]
 
 
+def test_wide_columns_show_the_metered_usage() -> None:
+    version = crd_manifest(SESSION)["spec"]["versions"][0]
+    wide = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1}
+    assert {name: wide.get(name) for name in ("Requests", "Tokens-In", "Tokens-Out", "Cost")} == {
+        "Requests": ".status.usage.requests",
+        "Tokens-In": ".status.usage.inputTokens",
+        "Tokens-Out": ".status.usage.outputTokens",
+        "Cost": ".status.usage.costUSD",
+    }
+    usage = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["usage"]["properties"]
+    # Each column names a field the structural schema keeps (a pruned one would show as empty).
+    for path in wide.values():
+        if path.startswith(".status.usage."):
+            assert path.removeprefix(".status.usage.") in usage
+
+
 def test_pool_printer_columns_and_subresources() -> None:
     manifest = crd_manifest(POOL)
     assert manifest["metadata"]["name"] == "agentsessionpools.agentsession.dev"

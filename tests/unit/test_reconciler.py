@@ -280,6 +280,7 @@ async def test_ready_agentctl_starts_acp_with_the_prompt_once() -> None:
         "AgentInitialized": "Initialized",
         "Suspended": "Active",
         "Ready": "Ready",
+        "BudgetExhausted": "WithinBudget",
     }
     assert status["acp"]["sessionId"] == world.agentctl.session_id
     assert status["acp"]["podUID"] == world.kubelet.pod()["metadata"]["uid"]

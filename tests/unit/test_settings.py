@@ -13,8 +13,15 @@ from pydantic_settings import BaseSettings
 
 from agentsession.agentctl.config import AgentctlSettings, ConfigError, parse_config
 from agentsession.agentctl_api import TOKEN_ENV
+from agentsession.api.egress import Budget
 from agentsession.api.models import CABundleSource
-from agentsession.controller.config import AgentctlNetworkPolicy, AgentProfile, OperatorConfig, Resources
+from agentsession.controller.config import (
+    AgentctlNetworkPolicy,
+    AgentProfile,
+    EgressProxy,
+    OperatorConfig,
+    Resources,
+)
 from agentsession.gateway.config import GatewayConfig, parse_args
 from agentsession.settings import env_name, flag_names, load
 
@@ -54,6 +61,14 @@ SAMPLES: dict[type[BaseSettings], dict[str, tuple[str, Any]]] = {
             AgentctlNetworkPolicy(name="guard", client_namespace="ops", client_labels={"app": "x"}),
         ),
         "agentctl_key_file": ("/var/run/key", Path("/var/run/key")),
+        "egress_proxy": (
+            '{"serviceNamespace": "ops", "serviceName": "proxy", "port": 81, "gitHosts": ["git.example"]}',
+            EgressProxy(service_namespace="ops", service_name="proxy", port=81, git_hosts=["git.example"]),
+        ),
+        "default_budget": (
+            '{"maxTokens": 1000, "maxCostUSD": "2.5"}',
+            Budget(maxTokens=1000, maxCostUSD="2.5"),
+        ),
         "metrics_port": ("0", 0),
         "metrics_host": ("127.0.0.1", "127.0.0.1"),
         "liveness_port": ("9081", 9081),

@@ -390,6 +390,7 @@ def test_pod_situation_maps_to_conditions(case: Case) -> None:
         "AgentInitialized",
         "Suspended",
         "Ready",
+        "BudgetExhausted",
     ]
     assert status.phase == case.phase
     assert conditions["Ready"].status == case.ready
@@ -476,7 +477,7 @@ def test_last_transition_time_moves_only_when_status_changes() -> None:
     later = NOW + timedelta(seconds=30)
     # Same statuses, different messages and reasons elsewhere: no transition.
     second = map_status(Observation(generation=2, suspend=False, previous=first, now=later, pod=starting.pod))
-    assert [c.lastTransitionTime for c in second.conditions] == [NOW] * 5
+    assert [c.lastTransitionTime for c in second.conditions] == [NOW] * 6
     # AgentInitialized and Ready turn True: only those two move.
     ready_prev = second.model_copy(update={"acp": INITIALIZED})
     third = map_status(

@@ -497,5 +497,6 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
         "AgentInitialized": NOW,
         "Suspended": NOW,
         "Ready": NOW,
+        "BudgetExhausted": NOW,
     }
     assert {c.observedGeneration for c in again.conditions} == {2}

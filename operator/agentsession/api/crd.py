@@ -48,6 +48,11 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Agent", "type": "string", "jsonPath": ".spec.agent.type"},
     {"name": "Pod", "type": "string", "jsonPath": ".status.podName", "priority": 1},
     {"name": "Title", "type": "string", "jsonPath": ".spec.title", "priority": 1},
+    # What the egress proxy metered (status.usage): `kubectl get -o wide` shows a session's spend.
+    {"name": "Requests", "type": "integer", "jsonPath": ".status.usage.requests", "priority": 1},
+    {"name": "Tokens-In", "type": "integer", "jsonPath": ".status.usage.inputTokens", "priority": 1},
+    {"name": "Tokens-Out", "type": "integer", "jsonPath": ".status.usage.outputTokens", "priority": 1},
+    {"name": "Cost", "type": "string", "jsonPath": ".status.usage.costUSD", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

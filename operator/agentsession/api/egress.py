@@ -66,8 +66,13 @@ class GitAccess(_Model):
 class NetworkSpec(_Model):
     """How the session's pod reaches the outside: only through the release's egress proxy."""
 
-    egress: EgressSpec | None = None
-    git: GitAccess | None = None
+    egress: EgressSpec | None = Field(
+        default=None, description="Hosts the agent may reach through the proxy, besides the model endpoint."
+    )
+    git: GitAccess | None = Field(
+        default=None,
+        description="What the agent may do on the configured git hosts (clone and fetch always).",
+    )
 
 
 class Budget(_Model):

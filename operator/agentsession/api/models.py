@@ -56,7 +56,13 @@ KubeObject = dict[str, Any]
 
 AgentType = Literal["demo", "claude-code", "codex", "gemini", "custom"]
 ConditionType = Literal[
-    "PodScheduled", "AgentctlReady", "AgentInitialized", "Suspended", "Ready", "RestartPending", "BudgetExhausted"
+    "PodScheduled",
+    "AgentctlReady",
+    "AgentInitialized",
+    "Suspended",
+    "Ready",
+    "RestartPending",
+    "BudgetExhausted",
 ]
 ConditionStatus = Literal["True", "False", "Unknown"]
 # Unknown, as a Pod's: the node stopped reporting, so nothing confirms the agent runs or has stopped.
@@ -276,7 +282,9 @@ class AgentSpec(_Model):
         default=None, description="Compute resources of the agent container."
     )
     credentialsSecretRef: SecretReference | None = Field(
-        default=None, description="API keys for the agent, from a Secret (never inline)."
+        default=None,
+        description="API keys for the agent, from a Secret (never inline). With the release's egress proxy, no "
+        "container reads it: the agent holds a stand-in key and the proxy puts in the real one.",
     )
     model: ModelEndpoint | None = Field(
         default=None, description="Where the agent's model API is, when not the vendor's default."
@@ -516,7 +524,8 @@ class AgentSessionSpec(_Model):
     lifecycle: LifecycleSpec | None = None
     podTemplate: PodTemplateOverrides | None = None
     network: NetworkSpec | None = Field(
-        default=None, description="What the agent may reach through the egress proxy, and whether it may push."
+        default=None,
+        description="What the agent may reach through the egress proxy, and whether it may push.",
     )
     budget: Budget | None = Field(
         default=None,
@@ -614,7 +623,8 @@ class AgentSessionStatus(_Model):
     acp: AcpStatus | None = None
     startup: StartupTimings | None = None
     usage: Usage | None = Field(
-        default=None, description="Model use so far, metered by the egress proxy; kept across pods and restarts."
+        default=None,
+        description="Model use so far, metered by the egress proxy; kept across pods and restarts.",
     )
 
     def condition(self, kind: ConditionType) -> Condition | None:

@@ -13,6 +13,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings
 
 from agentsession.agentctl_api import AGENTCTL_PORT
+from agentsession.api.egress import HOST_PATTERN, Budget
 from agentsession.api.models import CABundleSource, ObjectName
 from agentsession.settings import LogFormat, LogLevel, StrList, settings_config
 
@@ -62,6 +63,21 @@ class AgentctlNetworkPolicy(_Settings):
     client_labels: dict[str, str] = Field(
         min_length=1,
         description="Labels the operator's and the gateway's pods carry (besides their component label).",
+    )
+
+
+class EgressProxy(_Settings):
+    """The release's egress proxy, the session pods' only way out: the operator reads its Service's ClusterIP
+    (session pods may have no cluster DNS to resolve a name) and points the agent's model, HTTP(S) and git traffic
+    at it. The agent gets a phantom credential in place of the key, which only the proxy turns into the real one."""
+
+    service_namespace: ObjectName = Field(description="Namespace of the proxy's Service (the release's).")
+    service_name: ObjectName = Field(description="Name of the proxy's Service.")
+    port: int = Field(default=8080, ge=1, le=65535, description="The Service's port the proxy serves on.")
+    git_hosts: list[Annotated[str, StringConstraints(pattern=HOST_PATTERN)]] = Field(
+        default_factory=list,
+        description="Git hosts whose https:// URLs the agent's git (and the clone) sends through the proxy's git "
+        "route, where the proxy adds the session's git token.",
     )
 
 
@@ -211,6 +227,18 @@ class OperatorConfig(BaseSettings):
         default=None,
         description="File holding the release key each agentctl's token is derived from (the gateway reads "
         "the same one); required. The chart mounts its Secret `<release>-agentctl-key` there.",
+    )
+    egress_proxy: EgressProxy | None = Field(
+        default=None,
+        description="Send every session pod's traffic through this egress proxy (JSON, e.g. "
+        '{"serviceNamespace": "agentsession", "serviceName": "agentsession-egress-proxy", "port": 8080, '
+        '"gitHosts": ["github.com"]}); unset: the agent gets the credentials Secret as env and the network as '
+        "the cluster gives it.",
+    )
+    default_budget: Budget = Field(
+        default_factory=Budget,
+        description="Each session's model budget (JSON of spec.budget) for the limits neither the session nor "
+        "its namespace's annotation agentsession.dev/budget sets; empty: no limit.",
     )
     metrics_port: int = Field(
         default=8080, ge=0, le=65535, description="Port of the Prometheus `/metrics` endpoint; 0 disables it."

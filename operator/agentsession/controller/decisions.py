@@ -8,21 +8,25 @@ of the code that makes them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from agentsession.agentctl_api import StartRequest, StatusResponse
+from agentsession.api.egress import BUDGET_CONDITION, Budget, effective_budget, exhausted
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, AgentSessionStatus, StartupTimings
 from agentsession.api.session_ref import SessionRef
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.durations import parse_duration
 from agentsession.controller.idle import seconds_until_idle
+from agentsession.controller.namespaces import TTL_SECONDS as NAMESPACE_TTL_SECONDS
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
     AgentctlImageRefused,
+    EgressProxyUnavailable,
+    EgressRoute,
     SpecError,
     build_pod,
     build_token_secret,
@@ -38,6 +42,11 @@ from agentsession.kube.views import PodView, SessionView
 IDLE_RETRY_SECONDS = 30.0
 # While a restart waits for the running turn, how often agentctl is asked whether it has ended.
 RESTART_RECHECK_SECONDS = 2.0
+# While no pod can be made for want of the egress proxy's address, how often to look again (the Service's watch
+# triggers a reconcile as soon as it appears; this is for a watch event lost on the way).
+EGRESS_RECHECK_SECONDS = 30.0
+# While the budget is spent, how often to look again: a raised namespace budget shows within the cache's TTL.
+BUDGET_RECHECK_SECONDS = NAMESPACE_TTL_SECONDS
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,11 @@ class Observed:
     # A pod this session claimed whose claim was not recorded (the operator stopped in between): its pool and the
     # pod's stem.
     unrecorded_claim: tuple[str, str] | None = None
+    # How a pod built now leaves through the egress proxy (its address, a new phantom); None without a proxy, or
+    # while the proxy's address is unknown (then no pod is built, when the operator has one configured).
+    egress: EgressRoute | None = None
+    # The annotations of the session's namespace (its default budget among them).
+    namespace_annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ref(self) -> SessionRef:
@@ -128,6 +142,14 @@ class PostEvent:
 
 
 @dataclass(frozen=True)
+class CancelTurn:
+    """The budget is spent: the running turn is cancelled through agentctl (the proxy refuses its model calls
+    anyway; cancelling ends it at once instead of at the agent's next failed call)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class ClaimPod:
     """Takes one of the pool's warm pods, the first that another session does not take first: the pod moves to
     the session in one conditional write, then its token Secret and workspace claim follow."""
@@ -144,7 +166,16 @@ class AdoptChildren:
 
 
 Action = (
-    CreateChild | Drain | DeletePod | DeferRestart | Suspend | StartAcp | PostEvent | ClaimPod | AdoptChildren
+    CreateChild
+    | Drain
+    | DeletePod
+    | DeferRestart
+    | Suspend
+    | StartAcp
+    | PostEvent
+    | ClaimPod
+    | AdoptChildren
+    | CancelTurn
 )
 
 
@@ -157,6 +188,8 @@ class Plan:
     idle_recheck: float | None = None
     # How the session's first pod comes, when this reconcile decides it (status.startup).
     start: StartupTimings | None = None
+    # Why no pod is made: the egress proxy's address is unknown; shown as EgressProxyUnavailable.
+    egress_unavailable: str | None = None
 
 
 def observation(observed: Observed, config: OperatorConfig, **changes: Any) -> Observation:
@@ -172,9 +205,14 @@ def observation(observed: Observed, config: OperatorConfig, **changes: Any) -> O
         "spec_error": observed.spec_error,
         "probe_message": observed.probe_message,
         "agent_error": observed.agent_error,
+        "budget": session_budget(observed, config),
     }
     values.update(changes)
     return Observation(**values)
+
+
+def session_budget(observed: Observed, config: OperatorConfig) -> Budget:
+    return effective_budget(observed.spec.budget, observed.namespace_annotations, config.default_budget)
 
 
 def decide(observed: Observed, config: OperatorConfig, token: Callable[[], str]) -> Plan:
@@ -187,7 +225,13 @@ def decide(observed: Observed, config: OperatorConfig, token: Callable[[], str])
         pool, member = observed.unrecorded_claim
         return Plan((AdoptChildren(pool),), start=claimed_start(pool, member))
     start = None
-    if observed.spec_error is None and first_start(observed.session.status, observed.spec, observed.pod):
+    # How the first pod comes is decided once the pod can be made: not while the egress proxy has no address.
+    waits_for_egress = config.egress_proxy is not None and observed.egress is None
+    if (
+        observed.spec_error is None
+        and not waits_for_egress
+        and first_start(observed.session.status, observed.spec, observed.pod)
+    ):
         taken = _claim(observed, config)
         if isinstance(taken, ClaimPod):
             return Plan((taken,))
@@ -203,11 +247,14 @@ def decide(observed: Observed, config: OperatorConfig, token: Callable[[], str])
             actions.append(CreateChild(claim))
         if observed.spec_error is None:
             actions.extend(_pod_actions(observed, config))
+    except EgressProxyUnavailable as error:
+        return Plan(tuple(actions), start=start, egress_unavailable=str(error))
     except SpecError as error:
         return Plan((*actions, *_refused_pod(observed, error)), spec_error=str(error))
     idle_recheck: float | None = None
     # ACP starts, and idleness counts, only on a pod that this reconcile leaves in place.
     if not any(_touches_pod(a) for a in actions):
+        actions.extend(_budget_actions(observed, config))
         actions.extend(_acp_actions(observed, config))
         idle, idle_recheck = _idle(observed)
         actions.extend(idle)
@@ -238,7 +285,9 @@ def _claim(observed: Observed, config: OperatorConfig) -> ClaimPod | StartupTimi
     session, spec = observed.ref, observed.spec
     ready = sorted((p for p in observed.pool_members if claimable(p)), key=created_at)
     candidates = tuple(
-        (pod, desired) for pod in ready if (desired := claim_target(session, spec, pod, config)) is not None
+        (pod, desired)
+        for pod in ready
+        if (desired := claim_target(session, spec, pod, config, observed.egress)) is not None
     )
     if candidates:
         return ClaimPod(ref.name, candidates)
@@ -271,7 +320,7 @@ def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
         if pod is not None and not pod.deleting:
             return [*_drain(observed), _delete(pod, "Suspending", "spec.suspend is true: stopping the pod")]
         return []
-    desired = build_pod(session, spec, config)
+    desired = build_pod(session, spec, config, observed.egress)
     if pod is None:
         actions: list[Action] = []
         if previous.podUID:
@@ -335,6 +384,24 @@ def _delete(pod: PodView, reason: str, message: str) -> DeletePod:
     return DeletePod(pod.name, pod.uid, Event("Normal", reason, message))
 
 
+def _budget_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
+    """A cancel of the running turn when the budget turns spent (once: the condition records it), on a pod whose
+    ACP session runs."""
+    status = observed.session.status
+    before = status.condition(BUDGET_CONDITION)
+    if before is not None and before.status == "True":
+        return []
+    spent = exhausted(status.usage, session_budget(observed, config))
+    if spent is None or observed.pod is None or observed.token is None:
+        return []
+    acp = status.acp
+    if acp is None or not acp.sessionId or acp.podUID != PodView(observed.pod).uid:
+        return []
+    if not observed.session.condition_true("AgentctlReady"):
+        return []
+    return [CancelTurn(spent)]
+
+
 def _acp_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
     if observed.pod is None or observed.token is None or observed.spec.suspend:
         return []
@@ -371,7 +438,11 @@ def _idle(observed: Observed) -> tuple[list[Action], float | None]:
 
 
 def wants_activity(
-    session: SessionView, spec: AgentSessionSpec, pod: Manifest | None, config: OperatorConfig
+    session: SessionView,
+    spec: AgentSessionSpec,
+    pod: Manifest | None,
+    config: OperatorConfig,
+    egress: EgressRoute | None = None,
 ) -> bool:
     """Whether deciding needs agentctl's activity report: for the idle check of a Ready session with an idle
     timeout, or to know whether a turn runs on a pod whose template changed."""
@@ -384,7 +455,7 @@ def wants_activity(
     if acp is None or not acp.sessionId:
         return False
     try:
-        desired = build_pod(session.ref, spec, config)
+        desired = build_pod(session.ref, spec, config, egress)
     except SpecError:
         return False
     return _outdated(PodView(pod), desired)
@@ -408,4 +479,9 @@ def requeue_after(
         delays.append(plan.idle_recheck)
     if any(isinstance(a, DeferRestart) for a in plan.actions):
         delays.append(RESTART_RECHECK_SECONDS)
+    if plan.egress_unavailable is not None:
+        delays.append(EGRESS_RECHECK_SECONDS)
+    spent = status.condition(BUDGET_CONDITION)
+    if spent is not None and spent.status == "True":
+        delays.append(BUDGET_RECHECK_SECONDS)
     return min(delays) if delays else None

@@ -30,14 +30,19 @@ from agentsession.api.constants import (
 )
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
+from agentsession.controller.egress_address import ProxyAddress
+from agentsession.controller.namespaces import NamespaceAnnotations
 from agentsession.controller.pool_reconciler import PoolReconciler
 from agentsession.controller.reconciler import Reconciler
-from agentsession.controller.triggers import needs_reconcile
+from agentsession.controller.triggers import budget_turned, needs_reconcile
 from agentsession.controller.watch_health import WatchHealth, WatchStalled, liveness
 from agentsession.controller.work_queue import WorkQueue
 from agentsession.kube.client import Kube, connect
-from agentsession.kube.resources import AGENT_SESSIONS
+from agentsession.kube.resources import AGENT_SESSION_POOLS, AGENT_SESSIONS, Resource
 from agentsession.kube.views import packed_pod, unpacked_pod
+from agentsession.tasks import Supervisor
+
+log = logging.getLogger(__name__)
 
 
 def _served(namespace: str | None, memo: kopf.Memo, **_: Any) -> bool:
@@ -64,6 +69,9 @@ class OperatorState:
     queue: WorkQueue
     pool_queue: WorkQueue
     watch_health: WatchHealth
+    namespaces: NamespaceAnnotations
+    proxy: ProxyAddress | None
+    background: Supervisor
 
 
 def _state(memo: kopf.Memo) -> OperatorState:
@@ -153,8 +161,43 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     # main() checked the key file already.
     assert config.agentctl_key_file is not None
     token_of = TokenDeriver(read_key(config.agentctl_key_file))
-    reconciler = Reconciler(config, kube, agentctl, pod_lookup, token_of)
-    pools = PoolReconciler(config, kube, pod_lookup, token_of)
+    background = Supervisor("operator", log)
+
+    def moved(_: str | None) -> None:
+        background.spawn(_everything(memo), "reconcile everything for the egress proxy's new address")
+
+    proxy = None
+    if config.egress_proxy is not None and config.agentctl_network_policy is None:
+        log.warning(
+            "egress_proxy is set but agentctl_network_policy is not: session pods get the proxy and a phantom "
+            "key, but nothing keeps them from other destinations; set agentctl_network_policy (the chart's "
+            "networkPolicy.enabled) to enforce it"
+        )
+    if config.egress_proxy is not None:
+        # Read before any reconcile runs, so that no session waits for an address the operator could know.
+        proxy = ProxyAddress(kube, config.egress_proxy, moved)
+        await proxy.start()
+
+    def proxy_address() -> str | None:
+        return proxy.address if proxy is not None else None
+
+    namespaces = NamespaceAnnotations(kube)
+    reconciler = Reconciler(
+        config,
+        kube,
+        agentctl,
+        pod_lookup,
+        token_of,
+        proxy_address=proxy_address,
+        namespaces=namespaces,
+    )
+    pools = PoolReconciler(
+        config,
+        kube,
+        pod_lookup,
+        token_of,
+        proxy_address=proxy_address,
+    )
     memo["state"] = OperatorState(
         config=config,
         kube=kube,
@@ -162,12 +205,30 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         queue=WorkQueue(reconciler.reconcile, config.max_concurrent_reconciles),
         pool_queue=WorkQueue(pools.reconcile, config.max_concurrent_reconciles),
         watch_health=WatchHealth(config.watch_stall_seconds),
+        namespaces=namespaces,
+        proxy=proxy,
+        background=background,
     )
+
+
+async def _everything(memo: kopf.Memo) -> None:
+    """The egress proxy's address changed: every session and pool is reconciled again (pods that waited for
+    it are made, pods built for the old address replaced)."""
+    state: OperatorState | None = memo.get("state")
+    if state is None:
+        return  # still starting: every object is seen as it is listed
+    for key in await _served_keys(state, AGENT_SESSIONS):
+        state.queue.trigger(key)
+    for key in await _served_keys(state, AGENT_SESSION_POOLS):
+        state.pool_queue.trigger(key)
 
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
     state = _state(memo)
+    if state.proxy is not None:
+        await state.proxy.stop()
+    await state.background.close()
     await state.queue.shutdown()
     await state.pool_queue.shutdown()
     await state.http.close()
@@ -186,7 +247,9 @@ async def session_event(
         state.watch_health.forget(key)
     else:
         state.watch_health.record(key, str(body.get("metadata", {}).get("resourceVersion")))
-    if needs_reconcile(type, body):
+    if needs_reconcile(type, body) or budget_turned(
+        body, state.namespaces.cached(key[0]), state.config.default_budget
+    ):
         state.queue.trigger(key)
 
 
@@ -229,12 +292,23 @@ async def watch_is_live(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
 
 async def _listed_versions(state: OperatorState) -> dict[tuple[str, str], str]:
     """The resourceVersion of every served AgentSession, as the API lists them now."""
+    return {
+        (item["metadata"]["namespace"], item["metadata"]["name"]): str(item["metadata"]["resourceVersion"])
+        for item in await _served_items(state, AGENT_SESSIONS)
+    }
+
+
+async def _served_keys(state: OperatorState, resource: Resource) -> list[tuple[str, str]]:
+    return [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in await _served_items(state, resource)]
+
+
+async def _served_items(state: OperatorState, resource: Resource) -> list[dict[str, Any]]:
     namespaces: list[str | None] = (
         list(state.config.namespaces) if state.config.watches_fixed_namespaces else [None]
     )
-    return {
-        (item["metadata"]["namespace"], item["metadata"]["name"]): str(item["metadata"]["resourceVersion"])
+    return [
+        item
         for namespace in namespaces
-        for item in (await state.kube.list(AGENT_SESSIONS, namespace)).items
+        for item in (await state.kube.list(resource, namespace)).items
         if _watched(item["metadata"]["namespace"], state.config.namespaces)
-    }
+    ]

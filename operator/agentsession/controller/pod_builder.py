@@ -16,6 +16,8 @@ import hashlib
 import json
 import math
 import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 
 from kubernetes.utils.quantity import parse_quantity
@@ -45,10 +47,17 @@ from agentsession.api.constants import (
     token_secret_name,
     workspace_claim_name,
 )
+from agentsession.api.egress import PHANTOM_DIGEST_ANNOTATION, PROVIDERS, phantom_digest
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, CABundleSource, ResourceRequirements
 from agentsession.api.session_ref import SessionRef
-from agentsession.controller.config import EPHEMERAL_STORAGE, AgentProfile, OperatorConfig, Resources
+from agentsession.controller.config import (
+    EPHEMERAL_STORAGE,
+    AgentProfile,
+    EgressProxy,
+    OperatorConfig,
+    Resources,
+)
 from agentsession.controller.durations import parse_duration
 
 SPEC_HASH_ANNOTATION = "agentsession.dev/pod-spec-hash"
@@ -150,6 +159,63 @@ class SpecError(ValueError):
 
 class AgentctlImageRefused(SpecError):
     """spec.agentctl.image names an image the operator does not allow."""
+
+
+class EgressProxyUnavailable(SpecError):
+    """The operator sends session pods through an egress proxy whose address it does not know (its Service does
+    not exist): a pod without the proxy would need the real key, so none is built."""
+
+    def __init__(self, proxy: EgressProxy) -> None:
+        super().__init__(
+            f"the egress proxy's Service {proxy.service_namespace}/{proxy.service_name} does not exist or has no "
+            "ClusterIP, so no pod is created (without the proxy the agent would need the real key); the "
+            "cluster's administrator must install the egress proxy (chart value egressProxy.enabled) or unset "
+            "the operator's egress_proxy setting; the pod is created once the Service exists"
+        )
+
+
+@dataclass(frozen=True)
+class EgressRoute:
+    """How one pod's traffic leaves: through the egress proxy at `address` (its Service's ClusterIP), and the
+    phantom credential this pod's agent holds in place of the key. The phantom is made per pod by the caller
+    (`egress.new_phantom`), so building stays pure."""
+
+    address: str
+    port: int
+    git_hosts: tuple[str, ...]
+    phantom: str
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{self.port}"
+
+    def model_url(self, provider: str) -> str:
+        return f"{self.url}/v1/model/{provider}"
+
+
+def egress_route(config: OperatorConfig, address: str | None, phantom: str) -> EgressRoute | None:
+    """The route of a pod built now, when the operator sends pods through the proxy and knows its address."""
+    proxy = config.egress_proxy
+    if proxy is None or address is None:
+        return None
+    return EgressRoute(address, proxy.port, tuple(proxy.git_hosts), phantom)
+
+
+def _proxy_env(route: EgressRoute) -> Iterator[tuple[str, str]]:
+    """The variables that send a process's HTTP(S) and git traffic through the proxy: the usual proxy variables
+    (both spellings: curl reads only the lower-case http_proxy, Go and Python either), and git's insteadOf rules
+    for the git hosts, whose https:// URLs go to the proxy's git route, where it adds the session's token."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+        yield name, route.url
+    direct = f"{route.address},localhost,127.0.0.1"
+    yield "NO_PROXY", direct
+    yield "no_proxy", direct
+    if route.git_hosts:
+        yield "GIT_CONFIG_COUNT", str(len(route.git_hosts))
+    for index, host in enumerate(route.git_hosts):
+        yield f"GIT_CONFIG_KEY_{index}", f"url.{route.url}/v1/git/{host}/.insteadOf"
+        yield f"GIT_CONFIG_VALUE_{index}", f"https://{host}/"
 
 
 def labels(session: SessionRef, component: str) -> dict[str, str]:
@@ -280,7 +346,7 @@ def _profile(spec: AgentSessionSpec, config: OperatorConfig) -> AgentProfile | N
 
 
 def _agent_command(
-    spec: AgentSessionSpec, profile: AgentProfile | None, config: OperatorConfig
+    spec: AgentSessionSpec, profile: AgentProfile | None, config: OperatorConfig, route: EgressRoute | None
 ) -> tuple[str, list[str]]:
     agent = spec.agent
     image = agent.image or (profile.image if profile else None)
@@ -299,16 +365,27 @@ def _agent_command(
         if agent.args is not None
         else list(profile.args if profile and not agent.command else [])
     )
-    return image, command + args + _model_args(spec, profile)
+    return image, command + args + _model_args(spec, profile, route)
 
 
-def _model_args(spec: AgentSessionSpec, profile: AgentProfile | None) -> list[str]:
+def _base_url(spec: AgentSessionSpec, route: EgressRoute | None) -> str | None:
+    """The model base URL the agent is given: the proxy's model route for its provider when there is a proxy
+    (which forwards to spec.agent.model.baseURL, so the agent never needs to know it), else the spec's."""
+    provider = PROVIDERS.get(spec.agent.type)
+    if route is not None and provider is not None:
+        return route.model_url(provider.provider)
+    return spec.agent.model.baseURL if spec.agent.model else None
+
+
+def _model_args(spec: AgentSessionSpec, profile: AgentProfile | None, route: EgressRoute | None) -> list[str]:
     model = spec.agent.model
-    if model is None or profile is None or profile.model is None:
+    base_url = _base_url(spec, route)
+    if base_url is None or profile is None or profile.model is None:
         return []
-    values = {"baseURL": model.baseURL, "name": model.name or ""}
+    name = model.name if model else None
+    values = {"baseURL": base_url, "name": name or ""}
     args = [arg.format_map(values) for arg in profile.model.args]
-    if model.name:
+    if name:
         args += [arg.format_map(values) for arg in profile.model.name_args]
     return args
 
@@ -331,10 +408,15 @@ def _ca_bundle(spec: AgentSessionSpec, config: OperatorConfig) -> CABundleSource
 
 
 def _agent_env(
-    spec: AgentSessionSpec, profile: AgentProfile | None, extra_ca: bool, mount_path: str
+    spec: AgentSessionSpec,
+    profile: AgentProfile | None,
+    extra_ca: bool,
+    mount_path: str,
+    route: EgressRoute | None,
 ) -> list[Manifest]:
-    """HOME, then the profile's variables (which may refer to $(HOME)), the CA and model wiring, and last the
-    session's own env, each replacing a variable of the same name where it stands so references still expand."""
+    """HOME, then the profile's variables (which may refer to $(HOME)), the CA and model wiring, the egress
+    proxy's variables and the phantom key, and last the session's own env, each replacing a variable of the same
+    name where it stands so references still expand."""
     env: dict[str, Manifest] = {"HOME": {"name": "HOME", "value": f"{mount_path.rstrip('/')}/.home"}}
     for name, value in (profile.env if profile else {}).items():
         env[name] = {"name": name, "value": value}
@@ -348,22 +430,31 @@ def _agent_env(
         ):
             env[name] = {"name": name, "value": value}
     model = spec.agent.model
-    if model is not None and profile is not None and profile.model is not None:
+    if profile is not None and profile.model is not None:
         wiring: list[tuple[str | None, str | None]] = [
-            (profile.model.base_url_env, model.baseURL),
-            (profile.model.name_env, model.name),
+            (profile.model.base_url_env, _base_url(spec, route)),
+            (profile.model.name_env, model.name if model else None),
         ]
         for wired, setting in wiring:
             if wired and setting:
                 env[wired] = {"name": wired, "value": setting}
+    if route is not None:
+        for name, value in _proxy_env(route):
+            env[name] = {"name": name, "value": value}
+        provider = PROVIDERS.get(spec.agent.type)
+        if provider is not None:
+            env[provider.key_env] = {"name": provider.key_env, "value": route.phantom}
     for var in spec.agent.env or []:
         env[var.name] = var.model_dump(exclude_none=True)
     return list(env.values())
 
 
-def _env_from(spec: AgentSessionSpec) -> list[Manifest]:
+def _env_from(spec: AgentSessionSpec, route: EgressRoute | None) -> list[Manifest]:
+    """The session's own sources, and its credentials Secret unless the proxy holds the key for the agent: then
+    no container of the pod reads that Secret (a Secret the session names in agent.envFrom or agent.env is its
+    owner's choice, and reaches the agent as asked)."""
     sources = [source.model_dump(exclude_none=True) for source in spec.agent.envFrom or []]
-    if spec.agent.credentialsSecretRef is not None:
+    if spec.agent.credentialsSecretRef is not None and route is None:
         sources.append({"secretRef": {"name": spec.agent.credentialsSecretRef.name}})
     return sources
 
@@ -372,7 +463,9 @@ def _workspace_mount(mount_path: str) -> Manifest:
     return {"name": WORKSPACE_VOLUME, "mountPath": mount_path, "subPath": WORKSPACE_SUBPATH}
 
 
-def _clone_container(spec: AgentSessionSpec, config: OperatorConfig, mount_path: str) -> Manifest | None:
+def _clone_container(
+    spec: AgentSessionSpec, config: OperatorConfig, mount_path: str, route: EgressRoute | None
+) -> Manifest | None:
     workspace = spec.workspace
     if workspace is None or workspace.repository is None:
         return None
@@ -390,7 +483,10 @@ def _clone_container(spec: AgentSessionSpec, config: OperatorConfig, mount_path:
         "imagePullPolicy": config.image_pull_policy,
         "command": ["sh", "-c", script],
         "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
-        "env": [{"name": "HOME", "value": "/tmp"}],
+        "env": [
+            {"name": "HOME", "value": "/tmp"},
+            *({"name": name, "value": value} for name, value in (_proxy_env(route) if route else ())),
+        ],
         "resources": _resources(None, config.agentctl_resources),
         "securityContext": _container_security_context(config, config.run_as_user),
         "volumeMounts": [_workspace_mount(mount_path), {"name": TMP_VOLUME, "mountPath": "/tmp"}],
@@ -452,12 +548,17 @@ def _workspace_volume(session: SessionRef, spec: AgentSessionSpec, config: Opera
     return {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": config.workspace_size_limit}}
 
 
-def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfig) -> Manifest:
-    """The session's Pod. Raises SpecError when the spec lacks what the pod needs."""
+def build_pod(
+    session: SessionRef, spec: AgentSessionSpec, config: OperatorConfig, route: EgressRoute | None = None
+) -> Manifest:
+    """The session's Pod. Raises SpecError when the spec lacks what the pod needs, and EgressProxyUnavailable
+    when the operator sends pods through an egress proxy and `route` (its address, the pod's phantom) is None."""
+    if config.egress_proxy is not None and route is None:
+        raise EgressProxyUnavailable(config.egress_proxy)
     mount_path = spec.workspace.mountPath if spec.workspace else "/workspace"
     profile = _profile(spec, config)
     ca_bundle = _ca_bundle(spec, config)
-    agent_image, agent_argv = _agent_command(spec, profile, config)
+    agent_image, agent_argv = _agent_command(spec, profile, config, route)
     agentctl_image = _agentctl_image(spec, config)
     lifecycle = spec.lifecycle
     drain_seconds = drain_timeout(spec)
@@ -494,6 +595,8 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             },
             # The terminal's: a login shell runs the profiles it finds there, so the agent must not reach it.
             {"name": "HOME", "value": AGENTCTL_HOME},
+            # The terminal's commands leave the pod the way the agent's do (agentctl itself calls out nowhere).
+            *({"name": name, "value": value} for name, value in (_proxy_env(route) if route else ())),
         ],
         "ports": [{"name": "agentctl", "containerPort": config.agentctl_port, "protocol": "TCP"}],
         # No startup probe: the agent container starts beside agentctl (its wrapper waits for the FIFOs), and
@@ -530,7 +633,7 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         "command": ["sh", "-c", wrapper, "agent", *agent_argv],
         "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "workingDir": spec.cwd or mount_path,
-        "env": _agent_env(spec, profile, ca_bundle is not None, mount_path),
+        "env": _agent_env(spec, profile, ca_bundle is not None, mount_path, route),
         "resources": _resources(spec.agent.resources, config.agent_resources),
         "securityContext": _container_security_context(config, config.run_as_user),
         "volumeMounts": agent_mounts,
@@ -545,7 +648,7 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
             path=f"{AGENT_HEALTH_PATH}?wait={AGENT_HEALTH_WAIT}",
         ),
     }
-    env_from = _env_from(spec)
+    env_from = _env_from(spec, route)
     if env_from:
         agent["envFrom"] = env_from
 
@@ -554,7 +657,7 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
     # kubelet makes the workspace's directory for a mount; an emptyDir starts empty every time.
     layout = _layout_container(config) if _persistent(spec) else None
     init_containers = [
-        c for c in (layout, _clone_container(spec, config, mount_path), agentctl) if c is not None
+        c for c in (layout, _clone_container(spec, config, mount_path, route), agentctl) if c is not None
     ]
     pod_spec: Manifest = {
         "restartPolicy": "Never" if lifecycle and lifecycle.restartPolicy == "Never" else "Always",
@@ -604,6 +707,9 @@ def build_pod(session: SessionRef, spec: AgentSessionSpec, config: OperatorConfi
         # The operator's own labels win: the pod → session mapping depends on them.
         metadata["labels"] = {**template.labels, **metadata["labels"]}
     metadata["annotations"] = {**(template.annotations or {} if template else {})}
+    if route is not None:
+        # How the proxy finds the pod from the phantom its agent presents.
+        metadata["annotations"][PHANTOM_DIGEST_ANNOTATION] = phantom_digest(route.phantom)
     metadata["annotations"][SPEC_HASH_ANNOTATION] = pod_spec_hash(pod_spec, metadata)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
@@ -626,12 +732,41 @@ def shape_hash(pod: Manifest) -> str:
 
 
 def pod_spec_hash(pod_spec: Manifest, metadata: Manifest) -> str:
-    """A digest of what cannot change on a running pod, so a spec change can be told apart from no change."""
+    """A digest of what cannot change on a running pod, so a spec change can be told apart from no change.
+
+    The phantom credential (and its digest) is left out: each pod built gets a new one, and a pod is not outdated
+    for holding another phantom than the next pod would."""
+    annotations = metadata.get("annotations", {})
     relevant = {
-        "spec": pod_spec,
+        "spec": _without_phantom(pod_spec, annotations.get(PHANTOM_DIGEST_ANNOTATION)),
         "labels": metadata.get("labels", {}),
         "annotations": {
-            k: v for k, v in metadata.get("annotations", {}).items() if k != SPEC_HASH_ANNOTATION
+            k: v for k, v in annotations.items() if k not in (SPEC_HASH_ANNOTATION, PHANTOM_DIGEST_ANNOTATION)
         },
     }
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+PHANTOM_PLACEHOLDER = "<phantom>"
+
+
+def _without_phantom(pod_spec: Manifest, digest: str | None) -> Manifest:
+    """The pod spec with the value of every variable that holds the phantom (the one whose digest the pod's
+    annotation carries) replaced by a placeholder; the spec itself when the pod has no phantom."""
+    if digest is None:
+        return pod_spec
+
+    def masked(container: Manifest) -> Manifest:
+        env = [
+            {**var, "value": PHANTOM_PLACEHOLDER}
+            if "value" in var and phantom_digest(str(var["value"])) == digest
+            else var
+            for var in container.get("env") or []
+        ]
+        return {**container, "env": env} if "env" in container else container
+
+    return {
+        **pod_spec,
+        "containers": [masked(c) for c in pod_spec.get("containers") or []],
+        "initContainers": [masked(c) for c in pod_spec.get("initContainers") or []],
+    }

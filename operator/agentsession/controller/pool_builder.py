@@ -28,6 +28,7 @@ from agentsession.api.session_ref import SessionRef
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
+    EgressRoute,
     SpecError,
     build_pod,
     build_token_secret,
@@ -75,16 +76,22 @@ def _as_member(obj: Manifest, pool: PoolRef) -> Manifest:
 
 
 def build_member(
-    pool: PoolRef, stem: str, template: PoolTemplate, config: OperatorConfig, token: str
+    pool: PoolRef,
+    stem: str,
+    template: PoolTemplate,
+    config: OperatorConfig,
+    token: str,
+    egress: EgressRoute | None = None,
 ) -> list[Manifest]:
-    """The children of one warm pod, in creation order: token Secret, workspace claim (if any), Pod."""
+    """The children of one warm pod, in creation order: token Secret, workspace claim (if any), Pod. With an
+    egress proxy, the pod's phantom (in `egress`) stays the pod's when a session claims it."""
     spec = template.session_spec()
     ref = SessionRef(pool.namespace, stem, pool.uid, stem=stem)
     children = [_as_member(build_token_secret(ref, token), pool)]
     claim = build_workspace_claim(ref, spec)
     if claim is not None:
         children.append(_as_member(claim, pool))
-    pod = _as_member(build_pod(ref, spec, config), pool)
+    pod = _as_member(build_pod(ref, spec, config, egress), pool)
     annotations = pod["metadata"]["annotations"]
     annotations.pop(SPEC_HASH_ANNOTATION, None)
     annotations[SHAPE_HASH_ANNOTATION] = shape_hash(pod)
@@ -92,11 +99,18 @@ def build_member(
     return children
 
 
-def member_current(pod: Manifest, template: PoolTemplate, pool: PoolRef, config: OperatorConfig) -> bool:
-    """Whether a member was built from the pool's template as it is now."""
+def member_current(
+    pod: Manifest,
+    template: PoolTemplate,
+    pool: PoolRef,
+    config: OperatorConfig,
+    egress: EgressRoute | None = None,
+) -> bool:
+    """Whether a member was built from the pool's template as it is now (and for the proxy's address as it is:
+    the shape leaves out only the phantom)."""
     ref = SessionRef(pool.namespace, stem_of(pod), pool.uid, stem=stem_of(pod))
     try:
-        wanted = shape_hash(build_pod(ref, template.session_spec(), config))
+        wanted = shape_hash(build_pod(ref, template.session_spec(), config, egress))
     except SpecError:
         return False
     return PodView(pod).annotation(SHAPE_HASH_ANNOTATION) == wanted
@@ -109,14 +123,21 @@ def claimable(pod: Manifest) -> bool:
 
 
 def claim_target(
-    session: SessionRef, spec: AgentSessionSpec, pod: Manifest, config: OperatorConfig
+    session: SessionRef,
+    spec: AgentSessionSpec,
+    pod: Manifest,
+    config: OperatorConfig,
+    egress: EgressRoute | None = None,
 ) -> Manifest | None:
     """The pod the session would run under the member's stem, if the member has its shape; else None, also when
     the session's spec makes no pod (the session's own reconcile says why)."""
     stem = stem_of(pod)
     try:
         desired = build_pod(
-            SessionRef(session.namespace, session.name, session.uid, session.generation, stem), spec, config
+            SessionRef(session.namespace, session.name, session.uid, session.generation, stem),
+            spec,
+            config,
+            egress,
         )
     except SpecError:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -20,12 +21,13 @@ from agentsession.api.constants import (
     token_secret_name,
     workspace_claim_name,
 )
+from agentsession.api.egress import new_phantom
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionPoolSpec, AgentSessionPoolStatus
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.network_policy import policy_keeper
-from agentsession.controller.pod_builder import SpecError
+from agentsession.controller.pod_builder import EgressRoute, SpecError, egress_route
 from agentsession.controller.pool_builder import (
     PoolRef,
     build_member,
@@ -60,11 +62,13 @@ class PoolReconciler:
         kube: Kube,
         pod_lookup: PodLookup,
         token_of: TokenOf,
+        proxy_address: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._config = config
         self._kube = kube
         self._pods = pod_lookup
         self._token_of = token_of
+        self._proxy_address = proxy_address
         self._policies = policy_keeper(config, kube)
         # Members whose refill time was observed already (their Ready is seen on every later event too).
         self._refilled: set[str] = set()
@@ -91,7 +95,8 @@ class PoolReconciler:
             for p in self._pods(namespace, LABEL_POOL, name)
             if PodView(p).owned_by(pool.uid) and not PodView(p).deleting
         ]
-        current = [p for p in members if member_current(p, spec.template, pool, self._config)]
+        route = self._route()
+        current = [p for p in members if member_current(p, spec.template, pool, self._config, route)]
         outdated = [p for p in members if p not in current]
         # With refillPolicy Never, claims shrink the pool once it was full; a new spec (replicas, template) fills it
         # again. observedGeneration is the generation the pool was last full for.
@@ -122,12 +127,16 @@ class PoolReconciler:
         stem = new_stem(pool.name)
         # Named after the stem, which the claiming session keeps: its token is the same before and after a claim.
         token = self._token_of(pool.namespace, stem)
-        children = build_member(pool, stem, spec.template, self._config, token)
+        children = build_member(pool, stem, spec.template, self._config, token, self._route())
         pod: Manifest = {}
         for child in children:
             pod, _ = await create_or_read(self._kube, child)
         log.info("pool %s/%s: created warm pod %s", pool.namespace, pool.name, pod["metadata"]["name"])
         return pod
+
+    def _route(self) -> EgressRoute | None:
+        """Each warm pod gets a phantom of its own, which the session that claims it keeps."""
+        return egress_route(self._config, self._proxy_address(), new_phantom())
 
     async def _remove(self, pool: PoolRef, pod: Manifest) -> None:
         stem = stem_of(pod)

@@ -27,6 +27,7 @@ from agentsession.api.constants import (
     token_secret_name,
     workspace_claim_name,
 )
+from agentsession.api.egress import new_phantom
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import (
     AcpStatus,
@@ -40,6 +41,7 @@ from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import (
     AdoptChildren,
+    CancelTurn,
     ClaimPod,
     CreateChild,
     DeferRestart,
@@ -58,7 +60,9 @@ from agentsession.controller.decisions import (
     requeue_after,
     wants_activity,
 )
+from agentsession.controller.namespaces import NamespaceAnnotations
 from agentsession.controller.network_policy import policy_keeper
+from agentsession.controller.pod_builder import egress_route
 from agentsession.controller.pool_builder import adopt_patch, claim_patch, stem_of
 from agentsession.controller.rejections import Rejection, rejection
 from agentsession.controller.status_mapper import (
@@ -121,6 +125,8 @@ class Reconciler:
         pod_lookup: PodLookup,
         token_of: TokenOf,
         clock: Callable[[], datetime] = utc_now,
+        proxy_address: Callable[[], str | None] = lambda: None,
+        namespaces: NamespaceAnnotations | None = None,
     ) -> None:
         self._config = config
         self._kube = kube
@@ -128,6 +134,9 @@ class Reconciler:
         self._pod_lookup = pod_lookup
         self._token_of = token_of
         self._clock = clock
+        # The egress proxy's ClusterIP as the Service's watch last saw it (`egress_address.ProxyAddress`).
+        self._proxy_address = proxy_address
+        self._namespaces = namespaces or NamespaceAnnotations(kube)
         self._policies = policy_keeper(config, kube)
         self._phases: dict[tuple[str, str], Phase] = {}
         # A session's token never changes while the session lives: its Secret is read once per session uid, to
@@ -188,6 +197,7 @@ class Reconciler:
                     update={"podsCreated": outcome.pods_created or None, "acp": acp}
                 ),
                 spec_error=observed.spec_error or plan.spec_error,
+                egress_unavailable=plan.egress_unavailable,
                 rejection=outcome.rejection,
                 restart_pending=outcome.restart_pending,
                 start=outcome.start or plan.start,
@@ -217,7 +227,22 @@ class Reconciler:
                 stem = stem_of(pod)
                 unrecorded = (PodView(pod).labels[LABEL_CLAIMED_FROM], stem)
         token = None if session.deleting else await self._token(session, stem)
-        observed = Observed(session, spec, spec_error, pod, token, self._clock(), unrecorded_claim=unrecorded)
+        # A phantom for the pod this reconcile may create; unused (and forgotten) when it creates none.
+        route = egress_route(self._config, self._proxy_address(), new_phantom())
+        # Budgets count only what the egress proxy metered: without one, and with no usage, nothing to read.
+        metered = self._config.egress_proxy is not None or session.status.usage is not None
+        annotations = await self._namespaces.get(namespace) if metered and not session.deleting else {}
+        observed = Observed(
+            session,
+            spec,
+            spec_error,
+            pod,
+            token,
+            self._clock(),
+            unrecorded_claim=unrecorded,
+            egress=route,
+            namespace_annotations=annotations,
+        )
         if spec.poolRef is not None and first_start(session.status, spec, pod):
             members = self._pod_lookup(namespace, LABEL_POOL, spec.poolRef.name)
             observed = replace(observed, pool_members=tuple(members))
@@ -239,7 +264,7 @@ class Reconciler:
             except AgentctlError as error:
                 self._refused_token(session, error)
                 log.warning("status of agentctl of %s/%s failed: %s", namespace, name, error)
-        if pod is not None and token is not None and wants_activity(session, spec, pod, self._config):
+        if pod is not None and token is not None and wants_activity(session, spec, pod, self._config, route):
             try:
                 activity = await self._agentctl(self._endpoint(pod), token).status()
                 observed = replace(observed, activity=activity)
@@ -326,6 +351,8 @@ class Reconciler:
                 await self._claim(observed, action, outcome)
             elif isinstance(action, AdoptChildren):
                 await self._adopt(observed, action.pool)
+            elif isinstance(action, CancelTurn):
+                await self._cancel(observed, action)
         return outcome
 
     async def _create_child(self, session: SessionView, manifest: Manifest) -> tuple[Manifest, bool]:
@@ -438,6 +465,22 @@ class Reconciler:
         if record is not None:
             await self._event(session, Event(record.type, record.reason, record.message))
 
+    async def _cancel(self, observed: Observed, action: CancelTurn) -> None:
+        """Ends the running turn of a session whose budget is spent. A failure is logged only: the proxy refuses
+        the turn's next model call anyway, and the agent ends it then."""
+        pod, token, session = observed.pod, observed.token, observed.session
+        assert pod is not None
+        assert token is not None
+        try:
+            result = await self._agentctl(self._endpoint(pod), token).cancel()
+        except AgentctlError as error:
+            self._refused_token(session, error)
+            log.warning("cancelling the turn of %s/%s (budget spent: %s) failed: %s", *session.key,
+                        action.reason, error)  # fmt: skip
+            return
+        log.info("budget of %s/%s spent (%s); cancelled the running turn (still running: %s)", *session.key,
+                 action.reason, result.turn_running)  # fmt: skip
+
     def _endpoint(self, pod: Manifest) -> str:
         host = self._config.agentctl_host_override or PodView(pod).ip
         return f"http://{host}:{self._config.agentctl_port}"
@@ -453,8 +496,9 @@ class Reconciler:
             self._event(session, Event(record.type, record.reason, record.message))
             for record in status_events(previous, status)
         ]
-        new = status.model_dump(mode="json")
-        if new != previous.model_dump(mode="json"):
+        # status.usage is the egress proxy's: written back, a value read before would undo its newer counts.
+        new = status.model_dump(mode="json", exclude={"usage"})
+        if new != previous.model_dump(mode="json", exclude={"usage"}):
             writes.insert(0, self._patch_status(session, new))
         await asyncio.gather(*writes)
         self._observe_stages(previous, status)

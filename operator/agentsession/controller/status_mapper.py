@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agentsession.api.constants import AGENT_CONTAINER, AGENTCTL_CONTAINER
+from agentsession.api.egress import BUDGET_CONDITION, Budget, Usage, exhausted
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import (
     AcpStatus,
@@ -31,6 +32,7 @@ CONDITION_ORDER: tuple[ConditionType, ...] = (
     "AgentInitialized",
     "Suspended",
     "Ready",
+    BUDGET_CONDITION,
 )
 # The agent container runs but is not ready after its ACP session started: agentctl answers that readiness probe
 # (GET /health/agent) from its ACP connection, which it has lost (the agent's protocol died and the agent did not
@@ -67,9 +69,14 @@ NODE_NOT_READY = "NodeNotReady"
 # The kubelet's own caches of Secrets and ConfigMaps behind the API server (a busy one): the kubelet retries, and
 # the container starts once they catch up. Not a failure of the session, unlike a Secret that does not exist.
 KUBELET_CACHE_LAG = re.compile(r"failed to sync (secret|configmap) cache")
+# The operator sends pods through an egress proxy whose Service it cannot find: no pod until it appears.
+EGRESS_PROXY_UNAVAILABLE = "EgressProxyUnavailable"
 PENDING_REASONS = frozenset(
-    {"PodNotCreated", "PodDeleted", "Pending", "Unschedulable", QUOTA_REASON} | IMAGE_PULL_REASONS
+    {"PodNotCreated", "PodDeleted", "Pending", "Unschedulable", QUOTA_REASON, EGRESS_PROXY_UNAVAILABLE}
+    | IMAGE_PULL_REASONS
 )
+BUDGET_EXHAUSTED = "BudgetExhausted"
+WITHIN_BUDGET = "WithinBudget"
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,10 @@ class Observation:
     start: StartupTimings | None = None
     # agentctl's last error, read when the agent container stopped being ready after its session started.
     agent_error: str | None = None
+    # Why no pod can be made while the egress proxy has no address (`pod_builder.EgressProxyUnavailable`).
+    egress_unavailable: str | None = None
+    # The session's budget, each limit from its spec, its namespace's annotation or the operator's default.
+    budget: Budget = field(default_factory=Budget)
 
 
 @dataclass(frozen=True)
@@ -201,6 +212,8 @@ def node_not_reporting(pod: Manifest) -> _State | None:
 def _no_pod(obs: Observation) -> _State:
     if obs.spec_error:
         return _State("False", "InvalidSpec", obs.spec_error)
+    if obs.egress_unavailable:
+        return _State("False", EGRESS_PROXY_UNAVAILABLE, obs.egress_unavailable)
     if obs.rejection:
         return _State("False", obs.rejection.reason, obs.rejection.message)
     if obs.suspend:
@@ -416,6 +429,27 @@ def _conditions(obs: Observation, states: dict[ConditionType, _State]) -> list[C
     return result
 
 
+def _limits(budget: Budget) -> str:
+    limits = [
+        f"{name} {'$' if name == 'maxCostUSD' else ''}{value}"
+        for name, value in budget.model_dump(exclude_none=True).items()
+    ]
+    return ", ".join(limits)
+
+
+def budget_state(usage: Usage | None, budget: Budget) -> _State:
+    """BudgetExhausted from the metered usage (status.usage, the egress proxy's) and the effective budget: when
+    spent, `exhausted`'s sentence (the limit reached); within it, the limits, not the usage, so that the message
+    does not change with every model call."""
+    spent = exhausted(usage, budget)
+    if spent is not None:
+        return _State("True", BUDGET_EXHAUSTED, spent)
+    limits = _limits(budget)
+    return _State(
+        "False", WITHIN_BUDGET, f"within the budget ({limits})" if limits else "no budget limits this session"
+    )
+
+
 def _seconds_between(start: datetime | None, end: datetime | None) -> float | None:
     return round((end - start).total_seconds(), 3) if start and end else None
 
@@ -468,6 +502,7 @@ def map_status(obs: Observation) -> AgentSessionStatus:
         ),
     }
     states["Ready"] = _summary(obs, states)
+    states[BUDGET_CONDITION] = budget_state(obs.previous.usage, obs.budget)
     conditions = _conditions(obs, states)
     ready = next(c for c in conditions if c.type == "Ready")
     pod_status = pod.get("status", {}) if pod else {}
@@ -493,4 +528,6 @@ def map_status(obs: Observation) -> AgentSessionStatus:
         podsCreated=obs.previous.podsCreated,
         acp=obs.previous.acp,
         startup=_startup(pod, conditions, obs),
+        # The egress proxy's to write; kept as it was read (the operator never writes it back).
+        usage=obs.previous.usage,
     )

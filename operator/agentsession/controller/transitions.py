@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentsession.agentctl_api import DrainResponse
+from agentsession.api.egress import BUDGET_CONDITION
 from agentsession.api.models import AgentSessionStatus
 from agentsession.controller.rejections import QUOTA_REASON
 from agentsession.controller.status_mapper import (
+    EGRESS_PROXY_UNAVAILABLE,
     FAILED_REASONS,
     IMAGE_PULL_REASONS,
     KUBELET_CACHE_LAG,
@@ -32,8 +34,10 @@ WARNING_REASONS = (
         "AgentctlRestarted",
         "AgentRestarted",
         NODE_NOT_READY,
+        EGRESS_PROXY_UNAVAILABLE,
     }
 )
+BUDGET_RAISED = "BudgetRaised"
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,26 @@ def status_events(previous: AgentSessionStatus, current: AgentSessionStatus) -> 
             continue
         events.append(EventRecord("Warning", condition.reason, f"{condition.type}: {condition.message}"))
         told.add(condition.reason)
+    budget = _budget_event(previous, current)
+    if budget is not None:
+        events.append(budget)
     return events
+
+
+def _budget_event(previous: AgentSessionStatus, current: AgentSessionStatus) -> EventRecord | None:
+    """A Warning naming the limit when the budget is spent, a Normal one when it is raised past the usage."""
+    before, after = previous.condition(BUDGET_CONDITION), current.condition(BUDGET_CONDITION)
+    was = before is not None and before.status == "True"
+    if after is None or (after.status == "True") == was:
+        return None
+    if after.status == "True":
+        return EventRecord(
+            "Warning",
+            after.reason,
+            f"budget exhausted: {after.message}; model calls are refused and the running turn is cancelled; "
+            "raise spec.budget to go on",
+        )
+    return EventRecord("Normal", BUDGET_RAISED, f"the budget allows model calls again: {after.message}")
 
 
 def _phase_message(status: AgentSessionStatus, why: str) -> str:

@@ -199,6 +199,9 @@ class ApiKube:
             call = self._custom.get_namespaced_custom_object
             args = (resource.group, resource.version, namespace, resource.plural, name)
             return await self._answer(what, resource.kind, call, *args)
+        if not resource.namespaced:
+            read: ApiCall = getattr(self._typed[resource.group], f"read_{_snake(resource.kind)}")
+            return await self._answer(f"get {resource.kind} {name}", resource.kind, read, name)
         return await self._answer(what, resource.kind, self._typed_call("read", resource), name, namespace)
 
     async def list(

@@ -62,7 +62,9 @@ async def test_the_console_shows_usage_and_a_spent_budget(
     # The session's page: why prompts are refused, every count, and no prompt field to type into.
     await page.locator(f'#sessions-body tr[data-id="{agent_id}"] a').click()
     state = page.locator("#session-state")
-    await expect(state).to_contain_text(f"Budget exhausted: {WHY}. Raise spec.budget to go on.", timeout=WAIT_MS)
+    await expect(state).to_contain_text(
+        f"Budget exhausted: {WHY}. Raise spec.budget to go on.", timeout=WAIT_MS
+    )
     await expect(state).to_contain_text(
         "Usage: 3 model requests, 1,200 input + 5,000 cached + 340 output tokens, $0.0123."
     )

@@ -6,6 +6,8 @@
     kubectl agentsession history NAME         everything the session said and did
     kubectl agentsession shell NAME           a terminal in the session's workspace
     kubectl agentsession suspend NAME         set spec.suspend (with your kubeconfig); `resume` unsets it
+    kubectl agentsession get [NAME]           sessions with their phase, model requests, tokens and cost
+    kubectl agentsession status NAME          one session: conditions, usage and budget (`describe` too)
 
 Where the gateway is: --gateway URL, else the chart's gateway Service that serves the session's namespace, reached
 through `kubectl port-forward` on a free loopback port for as long as the command runs.
@@ -1052,6 +1054,143 @@ def set_suspend(target: Target, suspend: bool, wait: bool, timeout: float) -> in
         time.sleep(0.5)
 
 
+# ---------------------------------------------------------------- get and status: the API server's view
+
+BUDGET_CONDITION = "BudgetExhausted"
+BUDGET_LIMITS = (("maxRequests", "requests"), ("maxTokens", "tokens"), ("maxCostUSD", "USD"))
+
+
+def _usage(body: dict[str, Any]) -> dict[str, Any]:
+    return (body.get("status") or {}).get("usage") or {}
+
+
+def total_tokens(usage: dict[str, Any]) -> int:
+    """Input (not from cache) + cached input + output: what a budget's maxTokens counts."""
+    return sum(int(usage.get(k) or 0) for k in ("inputTokens", "cachedTokens", "outputTokens"))
+
+
+def _condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), {})
+
+
+def budget_exhausted(body: dict[str, Any]) -> str | None:
+    """The BudgetExhausted condition's message while it is True, else None."""
+    found = _condition(body, BUDGET_CONDITION)
+    if found.get("status") != "True":
+        return None
+    return str(found.get("message") or "a limit was reached")
+
+
+def session_rows(bodies: list[dict[str, Any]]) -> list[list[str]]:
+    """`get`: a header and one row per session; tokens and cost as the egress proxy metered them."""
+    rows = [["NAME", "PHASE", "AGENT", "REQUESTS", "TOKENS", "COST", "BUDGET"]]
+    for body in sorted(bodies, key=lambda b: b["metadata"]["name"]):
+        usage = _usage(body)
+        rows.append(
+            [
+                body["metadata"]["name"],
+                str((body.get("status") or {}).get("phase") or "<none>"),  # as kubectl shows a missing field
+                str(((body.get("spec") or {}).get("agent") or {}).get("type") or "demo"),
+                str(int(usage.get("requests") or 0)),
+                str(total_tokens(usage)),
+                f"${usage.get('costUSD') or '0'}",
+                "exhausted" if budget_exhausted(body) else "ok",
+            ]
+        )
+    return rows
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
+def describe_session(body: dict[str, Any]) -> list[str]:
+    """`status`: the phase, each condition, the usage and the budget, as lines."""
+    meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
+    lines = [
+        f"Name:       {meta['namespace']}/{meta['name']}",
+        f"Agent:      {(spec.get('agent') or {}).get('type') or 'demo'}",
+        f"Phase:      {status.get('phase') or 'unknown'}",
+        "Conditions:",
+    ]
+    for c in status.get("conditions") or []:
+        why = f" {c.get('reason')}" if c.get("reason") else ""
+        said = f": {c.get('message')}" if c.get("message") else ""
+        lines.append(f"  {c.get('type')}={c.get('status')}{why}{said}")
+    usage = _usage(body)
+    lines += [
+        "Usage:",
+        f"  Requests:       {int(usage.get('requests') or 0)}",
+        f"  Input tokens:   {int(usage.get('inputTokens') or 0)} (not from cache)",
+        f"  Cached tokens:  {int(usage.get('cachedTokens') or 0)}",
+        f"  Output tokens:  {int(usage.get('outputTokens') or 0)}",
+        f"  Tokens:         {total_tokens(usage)}",
+        f"  Cost:           ${usage.get('costUSD') or '0'}",
+    ]
+    if usage.get("updatedTime"):
+        lines.append(f"  Updated:        {usage['updatedTime']}")
+    own = spec.get("budget") or {}
+    limits = [f"{own[key]} {unit}" for key, unit in BUDGET_LIMITS if own.get(key) is not None]
+    lines.append("Budget:")
+    lines.append(
+        f"  Limits:         {', '.join(limits)} (spec.budget; unset ones from the namespace or the chart)"
+        if limits
+        else "  Limits:         the namespace's or the chart's (spec.budget sets none)"
+    )
+    spent = budget_exhausted(body)
+    lines.append(
+        f"  Exhausted:      yes: {spent}; raise spec.budget to go on" if spent else "  Exhausted:      no"
+    )
+    return lines
+
+
+def _read_sessions(target: Target, name: str | None) -> list[dict[str, Any]]:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    custom = client.CustomObjectsApi(target.cluster.api())
+    where = f"{PLURAL}.{GROUP}{'/' + name if name else ''} in namespace {target.namespace}"
+    try:
+        if name:
+            one: dict[str, Any] = custom.get_namespaced_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, target.namespace, PLURAL, name
+            )
+            return [one]
+        listed: dict[str, Any] = custom.list_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, target.namespace, PLURAL
+        )
+        return list(listed.get("items") or [])
+    except ApiException as exc:
+        if exc.status == 404:
+            raise PluginError(f"no {where}") from exc
+        raise PluginError(f"cannot read {where}: {exc.status} {exc.reason}") from exc
+
+
+def run_get(target: Target, name: str | None) -> int:
+    bodies = _read_sessions(target, name)
+    if not bodies:
+        print(f"No AgentSessions in namespace {target.namespace}.")
+        return 0
+    print(table(session_rows(bodies)))
+    return 0
+
+
+def run_status(target: Target, output: str) -> int:
+    (body,) = _read_sessions(target, target.name)
+    if output == "json":
+        status = body.get("status") or {}
+        print(json.dumps({"name": target.agent_id, "phase": status.get("phase"), "usage": status.get("usage"),
+                          "budget": (body.get("spec") or {}).get("budget"),
+                          "budgetExhausted": budget_exhausted(body)}, indent=2))  # fmt: skip
+    else:
+        print("\n".join(describe_session(body)))
+    return 0
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -1119,6 +1258,15 @@ def parser() -> argparse.ArgumentParser:
             help=f"until the session is {'Suspended' if verb == 'suspend' else 'Ready'}",
         )
         cmd.add_argument("--timeout", type=float, default=120.0, help="seconds --wait waits (default 120)")
+    get = sub.add_parser(
+        "get", parents=[common], help="list sessions with their usage (requests, tokens, cost)"
+    )
+    get.add_argument("name", nargs="?")
+    status = sub.add_parser(
+        "status", aliases=["describe"], parents=[common], help="a session's conditions, usage and budget"
+    )
+    status.add_argument("name")
+    status.add_argument("-o", "--output", choices=("text", "json"), default="text")
     return top
 
 
@@ -1137,6 +1285,10 @@ def run(argv: list[str]) -> int:
         getattr(args, "send_kubeconfig_token", False),
         getattr(args, "insecure", False),
     )
+    if args.command == "get":
+        return run_get(target, args.name)
+    if args.command in ("status", "describe"):
+        return run_status(target, args.output)
     if args.command in ("suspend", "resume"):
         return set_suspend(target, args.command == "suspend", args.wait, args.timeout)
     if args.command == "prompt":

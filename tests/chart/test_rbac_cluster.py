@@ -88,6 +88,41 @@ GATEWAY_MUST_NOT = [
     ("create", "pods", ("--subresource=exec",)),
     ("get", "configmaps", ()),
 ]
+# The egress proxy: whose a phantom is (pods), the layered defaults (namespaces), a session's allowlist and budget,
+# its usage (status), the real key from the session's credentials Secret (by name), and EgressDenied Events.
+EGRESS_PROXY_MUST = [
+    ("get", "pods", ()),
+    ("list", "pods", ()),
+    ("watch", "pods", ()),
+    ("get", "namespaces", ()),
+    ("get", AGS, ()),
+    ("list", AGS, ()),
+    ("watch", AGS, ()),
+    ("get", AGS, ("--subresource=status",)),
+    ("patch", AGS, ("--subresource=status",)),
+    ("get", "secrets", ()),
+    ("create", "events", ()),
+    ("patch", "events", ()),
+]
+EGRESS_PROXY_MUST_NOT = [
+    ("list", "secrets", ()),
+    ("watch", "secrets", ()),
+    ("create", "secrets", ()),
+    ("patch", "secrets", ()),
+    ("patch", AGS, ()),
+    ("update", AGS, ()),
+    ("create", AGS, ()),
+    ("delete", AGS, ()),
+    ("update", AGS, ("--subresource=status",)),
+    ("get", POOLS, ()),
+    ("create", "pods", ()),
+    ("patch", "pods", ()),
+    ("delete", "pods", ()),
+    ("create", "pods", ("--subresource=exec",)),
+    ("get", "configmaps", ()),
+    ("create", "networkpolicies.networking.k8s.io", ()),
+    ("delete", "events", ()),
+]
 # Cluster-scoped or all-namespace requests no account may make in any mode.
 NOBODY_CLUSTER_WIDE = [
     ("list", "secrets", ("--all-namespaces",)),
@@ -107,6 +142,10 @@ REVIEWS = [
 Check = tuple[
     str, str, str, tuple[str, ...], str | None, bool
 ]  # account, verb, resource, args, namespace, expected
+
+
+def egress_proxy_account(namespace: str, release: str) -> str:
+    return f"system:serviceaccount:{namespace}:{release}-agentsession-egress-proxy"
 
 
 def verify(cluster: Cluster, checks: list[Check]) -> None:
@@ -172,12 +211,20 @@ def test_cluster_scope(
     elsewhere = make_namespace("rbac-other")
     release = install_rbac(namespace)
     operator, gateway = accounts(namespace, release)
+    proxy = egress_proxy_account(namespace, release)
     checks: list[Check] = []
     for ns in (namespace, elsewhere):
         checks += expect(operator, OPERATOR_MUST, ns, True) + expect(operator, OPERATOR_MUST_NOT, ns, False)
         checks += expect(gateway, GATEWAY_MUST, ns, True) + expect(gateway, GATEWAY_MUST_NOT, ns, False)
-    for account in (operator, gateway):
+        checks += expect(proxy, EGRESS_PROXY_MUST, ns, True) + expect(proxy, EGRESS_PROXY_MUST_NOT, ns, False)
+    for account in (operator, gateway, proxy):
         checks += expect(account, NOBODY_CLUSTER_WIDE, None, False)
+    checks += [
+        (proxy, "watch", "pods", ("--all-namespaces",), None, True),
+        (proxy, "watch", "namespaces", (), None, True),
+        (proxy, "list", "secrets", ("--all-namespaces",), None, False),
+    ]
+    checks += expect(proxy, REVIEWS, None, False)
     checks += [
         (operator, "list", AGS, ("--all-namespaces",), None, True),
         (operator, "watch", POOLS, ("--all-namespaces",), None, True),
@@ -209,14 +256,19 @@ def test_namespace_scope(
     elsewhere = make_namespace("rbac-other")
     release = install_rbac(namespace, "rbac.scope=namespace", f"watchNamespaces={{{','.join(watched)}}}")
     operator, gateway = accounts(namespace, release)
+    proxy = egress_proxy_account(namespace, release)
     checks: list[Check] = []
     for ns in watched:
         checks += expect(operator, OPERATOR_MUST, ns, True) + expect(operator, OPERATOR_MUST_NOT, ns, False)
         checks += expect(gateway, GATEWAY_MUST, ns, True) + expect(gateway, GATEWAY_MUST_NOT, ns, False)
+        checks += expect(proxy, EGRESS_PROXY_MUST, ns, True) + expect(proxy, EGRESS_PROXY_MUST_NOT, ns, False)
+        # A Role reaches its own namespace's object only: never the list of namespaces.
+        checks += [(proxy, "get", f"namespaces/{ns}", (), ns, True)]
     # Nothing outside the watched namespaces: not elsewhere, not in the release's own namespace.
     for ns in (elsewhere, namespace):
         checks += expect(operator, OPERATOR_MUST, ns, False) + expect(gateway, GATEWAY_MUST, ns, False)
-    for account in (operator, gateway):
+        checks += expect(proxy, EGRESS_PROXY_MUST, ns, False)
+    for account in (operator, gateway, proxy):
         checks += expect(account, NOBODY_CLUSTER_WIDE, None, False)
         checks += [
             (account, "list", AGS, ("--all-namespaces",), None, False),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import fnmatch
 import json
 import re
 import tarfile
@@ -145,8 +146,9 @@ def test_operator_is_one_replica_recreated(render: Render) -> None:
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert not [e for e in _container(deployment, "operator")["env"] if "LEADER" in e["name"]]
-    assert [m["metadata"]["name"] for m in by_kind(manifests, "PodDisruptionBudget")] == [
-        "agentsession-gateway"
+    assert sorted(m["metadata"]["name"] for m in by_kind(manifests, "PodDisruptionBudget")) == [
+        "agentsession-egress-proxy",
+        "agentsession-gateway",
     ]
     assert not [m for m in manifests if m["metadata"]["name"].endswith("-lease")]
     container = _container(deployment, "operator")
@@ -346,7 +348,7 @@ def _rules(manifests: list[Manifest], component: str) -> list[tuple[str, Manifes
 @pytest.mark.parametrize("values", [None, NAMESPACE_MODE], ids=["cluster", "namespace"])
 def test_rbac_grants_no_wildcards_and_no_secret_listing(render: Render, values: Path | None) -> None:
     manifests = render(*_files(values))
-    for component in ("operator", "gateway"):
+    for component in ("operator", "gateway", "egress-proxy"):
         rules = _rules(manifests, component)
         assert rules, component
         for _, rule in rules:
@@ -356,9 +358,11 @@ def test_rbac_grants_no_wildcards_and_no_secret_listing(render: Render, values: 
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
             if "secrets" in rule["resources"]:
                 # By name only: the operator hands a pool pod's token Secret to its session and deletes those
-                # of pods a pool no longer needs, and never enumerates them.
-                assert component == "operator", f"the gateway derives tokens and reads no Secret: {rule}"
-                assert set(rule["verbs"]) <= {"get", "create", "patch", "delete"}, rule
+                # of pods a pool no longer needs; the egress proxy reads a session's credentials Secret to put
+                # its key into model calls. Neither enumerates them.
+                assert component != "gateway", f"the gateway derives tokens and reads no Secret: {rule}"
+                allowed = {"get", "create", "patch", "delete"} if component == "operator" else {"get"}
+                assert set(rule["verbs"]) <= allowed, rule
 
 
 @pytest.mark.parametrize("values", [None, NAMESPACE_MODE], ids=["cluster", "namespace"])
@@ -453,7 +457,9 @@ def test_namespace_mode_has_no_cluster_wide_grants(render: Render) -> None:
     assert [s["name"] for s in binding["subjects"]] == ["agentsession-gateway"]
     roles = by_kind(manifests, "Role")
     assert sorted((r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles) == [
-        (ns, f"agentsession-{c}") for ns in ("team-a", "team-b") for c in ("gateway", "operator")
+        (ns, f"agentsession-{c}")
+        for ns in ("team-a", "team-b")
+        for c in ("egress-proxy", "gateway", "operator")
     ]
 
 
@@ -546,6 +552,187 @@ def test_gateway_replicas_service_and_disruption_budget(render: Render) -> None:
     assert not [m for m in render(set=["gateway.enabled=false"]) if "gateway" in m["metadata"]["name"]]
 
 
+# ---------------------------------------------------------------- the egress proxy
+
+EGRESS_PROXY_RULES = [
+    {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["agentsession.dev"], "resources": ["agentsessions"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["agentsession.dev"], "resources": ["agentsessions/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+
+def _flags(command: list[str], name: str) -> list[str]:
+    return [arg.split("=", 1)[1] for arg in command if arg.startswith(f"--{name}=")]
+
+
+def test_the_egress_proxy_runs_with_its_probes_service_and_prices(render: Render) -> None:
+    manifests = render()
+    proxy = one(manifests, "Deployment", "-egress-proxy")
+    labels = proxy["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/component"] == "egress-proxy"
+    assert proxy["spec"]["replicas"] == 2
+    spec = proxy["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "agentsession-egress-proxy"
+    assert spec["enableServiceLinks"] is False
+    assert spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    container = _container(proxy, "egress-proxy")
+    command = container["command"]
+    assert command[:3] == ["agentsession-egress-proxy", "--port=8080", "--metrics-port=8093"]
+    assert _flags(command, "git-hosts") == ["github.com"]
+    assert _flags(command, "connect-ports") == ["443"]
+    assert _flags(command, "namespaces") == []
+    assert _flags(command, "default-budget") == []
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"proxy": 8080, "metrics": 8093}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    service = one(manifests, "Service", "-egress-proxy")
+    assert service["spec"]["selector"] == proxy["spec"]["selector"]["matchLabels"]
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        "proxy": (8080, "proxy"),
+        "metrics": (8093, "metrics"),
+    }
+    # The price table is a file of the pod, in the shape the proxy reads.
+    (prices_file,) = _flags(command, "prices-file")
+    (mount,) = [m for m in container["volumeMounts"] if prices_file.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    configmap = one(manifests, "ConfigMap", "-egress-proxy-prices")
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    prices = yaml.safe_load(configmap["data"][prices_file.rsplit("/", 1)[1]])
+    assert {p["provider"] for p in prices} == {"anthropic", "openai", "gemini"}
+    for entry in prices:
+        assert set(entry) == {"provider", "model", "inputPerMTok", "outputPerMTok", "cachedPerMTok"}, entry
+    for model in ("claude-opus-4-5-20251101", "claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001",
+                  "gpt-5", "gpt-5-codex", "gpt-5-mini", "gemini-2.5-pro", "gemini-2.5-flash"):  # fmt: skip
+        matching = [p for p in prices if fnmatch.fnmatchcase(model, p["model"])]
+        assert len(matching) == 1, f"{model}: priced by {matching}"
+    pdb = one(manifests, "PodDisruptionBudget", "-egress-proxy")
+    assert pdb["spec"]["selector"] == proxy["spec"]["selector"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_egress_proxy_flags_follow_the_values(render: Render) -> None:
+    manifests = render(
+        NAMESPACE_MODE,
+        set=[
+            "egressProxy.defaultAllow={pypi.org,*.npmjs.org}",
+            "egressProxy.defaultBudget.maxCostUSD=2.50",
+            "egressProxy.defaultBudget.maxRequests=100",
+            "egressProxy.git.hosts={github.com,gitlab.example}",
+            "egressProxy.connectPorts={443,8443}",
+            "egressProxy.resolve.api\\.anthropic\\.com=10.0.0.7:8443",
+            "egressProxy.upstreamCA.configMapName=stand-in-ca",
+        ],
+    )
+    container = _container(one(manifests, "Deployment", "-egress-proxy"), "egress-proxy")
+    command = container["command"]
+    assert _flags(command, "namespaces") == ["team-a", "team-b"]
+    assert _flags(command, "default-allow") == ["pypi.org", "*.npmjs.org"]
+    assert [json.loads(b) for b in _flags(command, "default-budget")] == [
+        {"maxCostUSD": "2.50", "maxRequests": 100}
+    ]
+    assert _flags(command, "git-hosts") == ["github.com", "gitlab.example"]
+    assert _flags(command, "connect-ports") == ["443", "8443"]
+    assert _flags(command, "resolve") == ["api.anthropic.com=10.0.0.7:8443"]
+    (ca_file,) = _flags(command, "upstream-ca-file")
+    (mount,) = [m for m in container["volumeMounts"] if ca_file == m["mountPath"] + "/ca.crt"]
+    spec = one(manifests, "Deployment", "-egress-proxy")["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == "stand-in-ca"
+
+
+def test_the_operator_points_sessions_at_the_egress_proxy(render: Render) -> None:
+    manifests = render(set=["egressProxy.defaultBudget.maxTokens=1000000", "egressProxy.port=3128"])
+    env = {
+        e["name"]: e["value"]
+        for e in _container(one(manifests, "Deployment", "-operator"), "operator")["env"]
+    }
+    setting = json.loads(env["AGENTSESSION_EGRESS_PROXY"])
+    assert setting == {
+        "serviceNamespace": "agentsession-system",
+        "serviceName": "agentsession-egress-proxy",
+        "port": 3128,
+        "gitHosts": ["github.com"],
+    }
+    service = one(manifests, "Service", "-egress-proxy")
+    assert (service["metadata"]["name"], service["metadata"]["namespace"]) == (
+        setting["serviceName"],
+        setting["serviceNamespace"],
+    )
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["proxy"] == setting["port"]
+    assert json.loads(env["AGENTSESSION_DEFAULT_BUDGET"]) == {"maxTokens": 1000000}
+    # The session pods' NetworkPolicy admits the proxy's pods by the release's client labels and its component.
+    policy = json.loads(env["AGENTSESSION_AGENTCTL_NETWORK_POLICY"])
+    labels = one(manifests, "Deployment", "-egress-proxy")["spec"]["template"]["metadata"]["labels"]
+    assert policy["clientLabels"].items() <= labels.items()
+
+
+def test_the_operators_egress_settings_parse_as_its_config(
+    render: Render, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentsession.controller.config import OperatorConfig
+
+    if "egress_proxy" not in OperatorConfig.model_fields:
+        pytest.skip("the operator has no egress_proxy setting in this tree")
+    config = _operator_config(one(render(), "Deployment", "-operator"), monkeypatch)
+    assert config.egress_proxy.service_name == "agentsession-egress-proxy"
+    assert config.egress_proxy.git_hosts == ["github.com"]
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACE_MODE], ids=["cluster", "namespace"])
+def test_the_egress_proxy_is_granted_exactly_its_list(render: Render, values: Path | None) -> None:
+    manifests = render(*_files(values))
+    roles = [
+        r for r in manifests
+        if r["kind"] in ("Role", "ClusterRole") and r["metadata"]["name"] == "agentsession-egress-proxy"
+    ]  # fmt: skip
+    assert roles
+    for role in roles:
+        assert role["rules"] == EGRESS_PROXY_RULES
+    expected_namespaces = ["team-a", "team-b"] if values else [None]
+    assert [r["metadata"].get("namespace") for r in roles] == expected_namespaces
+    bindings = [
+        b for b in manifests
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        and any(s["name"] == "agentsession-egress-proxy" for s in b["subjects"])
+    ]  # fmt: skip
+    assert {b["roleRef"]["name"] for b in bindings} == {"agentsession-egress-proxy"}
+    assert len(bindings) == len(roles)
+    account = one(manifests, "ServiceAccount", "-egress-proxy")
+    assert account["metadata"]["labels"]["app.kubernetes.io/component"] == "egress-proxy"
+
+
+def test_one_egress_proxy_replica_has_no_disruption_budget(render: Render) -> None:
+    assert not [m for m in by_kind(render(DEV), "PodDisruptionBudget") if "egress" in m["metadata"]["name"]]
+    assert not [
+        m for m in by_kind(render(set=["egressProxy.replicas=3", "egressProxy.podDisruptionBudget.enabled=false"]),
+                           "PodDisruptionBudget") if "egress" in m["metadata"]["name"]
+    ]  # fmt: skip
+    assert one(render(set=["egressProxy.replicas=3"]), "PodDisruptionBudget", "-egress-proxy")
+
+
+@pytest.mark.parametrize(
+    "values", [None, NAMESPACE_MODE, MONITORING], ids=["cluster", "namespace", "monitoring"]
+)
+def test_disabling_the_egress_proxy_removes_it_and_the_operators_settings(
+    render: Render, values: Path | None
+) -> None:
+    manifests = render(*_files(values), set=["egressProxy.enabled=false"])
+    assert [m["kind"] for m in manifests if "egress" in m["metadata"]["name"]] == []
+    assert [
+        m for m in manifests if m["metadata"]["labels"].get("app.kubernetes.io/component") == "egress-proxy"
+    ] == []
+    env = {e["name"] for e in _container(one(manifests, "Deployment", "-operator"), "operator")["env"]}
+    assert not {"AGENTSESSION_EGRESS_PROXY", "AGENTSESSION_DEFAULT_BUDGET"} & env
+    for monitor in by_kind(manifests, "ServiceMonitor"):
+        assert "egress-proxy" not in monitor["spec"]["selector"]["matchExpressions"][0]["values"]
+    script = one(manifests, "Pod", "-test-health")["spec"]["containers"][0]["args"][0]
+    assert "egress" not in script
+
+
 def test_monitoring_objects_are_optional(render: Render) -> None:
     default = render()
     assert by_kind(default, "ServiceMonitor") == []
@@ -561,7 +748,11 @@ def test_monitoring_objects_are_optional(render: Render) -> None:
     scraped = {
         n for n, s in services.items() if s["metadata"]["labels"]["app.kubernetes.io/component"] in components
     }
-    assert scraped == {"agentsession-operator-metrics", "agentsession-gateway-metrics"}
+    assert scraped == {
+        "agentsession-operator-metrics",
+        "agentsession-gateway-metrics",
+        "agentsession-egress-proxy",
+    }
 
 
 def test_alerts_cover_the_operations_that_matter_and_use_real_metrics(render: Render) -> None:
@@ -632,6 +823,11 @@ def test_helm_test_hook_checks_both_components(render: Render) -> None:
         "operator.leaderElection.leaseDurationSeconds=1",
         "operator.sessionUsers.agentctl=0",
         "operator.workspaceSizeLimit=",
+        "egressProxy.defaultAllow={https://example.com}",
+        "egressProxy.defaultBudget.maxCostUSD=five",
+        "egressProxy.prices[0].provider=mistral,egressProxy.prices[0].model=m,egressProxy.prices[0].inputPerMTok=1,"
+        "egressProxy.prices[0].outputPerMTok=1,egressProxy.prices[0].cachedPerMTok=1",
+        "egressProxy.connectPorts={0}",
     ],
 )
 def test_schema_rejects_bad_values(helm: str, bad: str) -> None:

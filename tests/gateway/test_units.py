@@ -17,6 +17,7 @@ from agentsession.gateway.events import (
     AgentctlReady,
     AgentStatusChanged,
     AgentUpdate,
+    ErrorCode,
     Failure,
     HistoryPage,
     Reply,
@@ -28,6 +29,7 @@ from agentsession.gateway.status import (
     CLUSTER_STATE_FIELDS,
     LiveState,
     agent_info,
+    budget_state,
     cluster_state,
     derive_status,
 )
@@ -231,6 +233,48 @@ def test_cluster_state_is_the_phase_conditions_and_startup_beside_agent_info() -
         {"source": "Cold", "agentctlReadySeconds": 1.25},
     )
     assert cluster_state({"metadata": {"namespace": "ns", "name": "new"}})["conditions"] == []
+
+
+USAGE = {"inputTokens": 1200, "outputTokens": 340, "cachedTokens": 5000, "requests": 3, "costUSD": "0.0123",
+         "updatedTime": "2026-01-01T00:02:00Z"}  # fmt: skip
+
+
+def _budget_condition(status: str, message: str = "") -> dict[str, Any]:
+    return {"type": "BudgetExhausted", "status": status, "reason": "Exhausted" if status == "True" else "WithinBudget",
+            "message": message, "lastTransitionTime": "2026-01-01T00:02:00Z"}  # fmt: skip
+
+
+def test_cluster_state_carries_usage_and_the_budget_condition() -> None:
+    obj = session(phase="Ready", ready=True)
+    fresh = cluster_state(obj)
+    assert (fresh["usage"], fresh["budget_exhausted"], fresh["budget_message"]) == (None, False, None)
+    obj["status"]["usage"] = USAGE
+    obj["status"]["conditions"].append(_budget_condition("False"))
+    within = cluster_state(obj)
+    assert within["usage"] == USAGE, "status.usage as the proxy wrote it"
+    assert (within["budget_exhausted"], within["budget_message"]) == (False, None)
+    why = "3 model requests reached the budget of 3"
+    obj["status"]["conditions"][-1] = _budget_condition("True", why)
+    spent = cluster_state(obj)
+    assert (spent["budget_exhausted"], spent["budget_message"]) == (True, why)
+    assert budget_state(SessionView(obj)) == (True, why)
+    # Both dialects carry it with the rest of the cluster state.
+    changed = AgentStatusChanged("ns/a", agent_info(obj, None), 0.0, spent)
+    assert (LifecycleCodec().encode(changed) or {})["payload"]["cluster"]["budget_exhausted"] is True
+    assert (TaskCodec().encode(changed) or {})["payload"]["cluster"]["usage"] == USAGE
+
+
+def test_budget_exhausted_is_a_typed_error_in_both_dialects() -> None:
+    refused = Failure(ErrorCode.BUDGET_EXHAUSTED, "ns/a has exhausted its budget", c.PROMPT, "r", "e",
+                      {"agentId": "ns/a"})  # fmt: skip
+    lifecycle = LifecycleCodec().encode(refused)
+    assert lifecycle == {"type": "error", "payload": {"code": "budget_exhausted", "message": refused.message,
+                                                      "requestId": "r", "requestType": "send_agent_message",
+                                                      "details": {"agentId": "ns/a"}}}  # fmt: skip
+    task = TaskCodec().encode(refused)
+    assert task is not None
+    assert (task["id"], task["type"], task["action"]) == ("e", "error", "session.prompt")
+    assert task["payload"]["code"] == "BUDGET_EXHAUSTED"
 
 
 def test_suspend_and_the_cluster_state_in_both_dialects() -> None:

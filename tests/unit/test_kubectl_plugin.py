@@ -349,3 +349,42 @@ async def test_the_gateways_reason_for_ending_the_connection_is_said() -> None:
             "(code 4001)",
         )
         await client.close()
+
+
+def _metered(phase: str, usage: dict[str, Any] | None, exhausted: str | None) -> dict[str, Any]:
+    conditions = [{"type": "BudgetExhausted", "status": "True" if exhausted else "False",
+                   "reason": "Exhausted" if exhausted else "WithinBudget", "message": exhausted or ""}]  # fmt: skip
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions}
+    if usage is not None:
+        status["usage"] = usage
+    return {"metadata": {"namespace": "ns", "name": phase.lower()}, "spec": {"agent": {"type": "codex"}},
+            "status": status}  # fmt: skip
+
+
+def test_get_rows_count_every_token_a_budget_counts() -> None:
+    usage = {"inputTokens": 10, "cachedTokens": 100, "outputTokens": 1, "requests": 2, "costUSD": "0.5"}
+    rows = plugin.session_rows([_metered("Ready", usage, "2 model requests reached the budget of 2"),
+                                _metered("Pending", None, None)])  # fmt: skip
+    assert rows == [
+        ["NAME", "PHASE", "AGENT", "REQUESTS", "TOKENS", "COST", "BUDGET"],
+        ["pending", "Pending", "codex", "0", "0", "$0", "ok"],
+        ["ready", "Ready", "codex", "2", "111", "$0.5", "exhausted"],
+    ]
+    lines = plugin.table(rows).splitlines()
+    assert [line.split() for line in lines] == rows
+    assert len({line.index("$") for line in lines[1:]}) == 1, "columns line up"
+    assert plugin.session_rows([{"metadata": {"name": "new"}}])[1][1] == "<none>"
+
+
+def test_status_lines_say_usage_limits_and_why_the_budget_is_spent() -> None:
+    body = _metered(
+        "Ready", {"inputTokens": 7, "requests": 1, "costUSD": "0.01"}, "a cost of $0.01 reached it"
+    )
+    body["spec"]["budget"] = {"maxCostUSD": "0.01", "maxTokens": 500}
+    text = "\n".join(plugin.describe_session(body))
+    assert "Tokens:         7" in text
+    assert "Limits:         500 tokens, 0.01 USD (spec.budget" in text
+    assert "Exhausted:      yes: a cost of $0.01 reached it; raise spec.budget to go on" in text
+    within = "\n".join(plugin.describe_session(_metered("Ready", None, None)))
+    assert "Exhausted:      no" in within
+    assert "Limits:         the namespace's or the chart's" in within

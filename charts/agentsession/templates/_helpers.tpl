@@ -120,7 +120,7 @@ or in namespace scope the release namespace; empty means cluster-wide.
 
 {{/* The fields of an AgentSession's spec (api/models.py AgentSessionSpec; a chart test keeps the two equal). */}}
 {{- define "agentsession.sessionSpecFields" -}}
-["agent", "agentctl", "workspace", "title", "cwd", "mode", "prompt", "suspend", "lifecycle", "podTemplate", "poolRef"]
+["agent", "agentctl", "workspace", "title", "cwd", "mode", "prompt", "suspend", "lifecycle", "podTemplate", "poolRef", "network", "budget"]
 {{- end }}
 
 {{/* `system:serviceaccount:<namespace>:<name>`: how the API server names a service account's requests. */}}
@@ -191,4 +191,47 @@ the project image's repository and tag. */ -}}
 {{- $_ := set $profiles $type $fields }}
 {{- end }}
 {{- toJson $profiles }}
+{{- end }}
+
+{{- define "agentsession.egressProxy.serviceAccountName" -}}
+{{- if .Values.egressProxy.serviceAccount.create }}
+{{- .Values.egressProxy.serviceAccount.name | default (printf "%s-egress-proxy" (include "agentsession.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- else }}
+{{- .Values.egressProxy.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
+{{/* The egress proxy's Service (and Deployment, ConfigMap, PDB) name. */}}
+{{- define "agentsession.egressProxy.name" -}}
+{{- printf "%s-egress-proxy" (include "agentsession.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Where the operator points session pods (AGENTSESSION_EGRESS_PROXY): the proxy's Service, whose ClusterIP it
+reads, and the git hosts whose URLs the agent's git rewrites to the proxy. */}}
+{{- define "agentsession.egressProxy.operatorSetting" -}}
+{{- toJson (dict "serviceNamespace" .Release.Namespace "serviceName" (include "agentsession.egressProxy.name" .) "port" (int .Values.egressProxy.port) "gitHosts" .Values.egressProxy.git.hosts) }}
+{{- end }}
+
+{{/* The egress proxy's rules (ClusterRole in cluster scope, a Role per watched namespace otherwise): it finds a
+request's pod by the phantom's digest and the peer's IP (pods), reads the layered defaults (namespaces) and the
+session's allowlist and budget (agentsessions), adds usage into the status, reads the real key from the session's
+credentials Secret by name (never list or watch), and posts EgressDenied Events. */}}
+{{- define "agentsession.egressProxyRules" -}}
+- apiGroups: [""]
+  resources: [pods, namespaces]
+  verbs: [get, list, watch]
+- apiGroups: [agentsession.dev]
+  resources: [agentsessions]
+  verbs: [get, list, watch]
+# patch only: usage is merged with a resourceVersion precondition, so two replicas add up.
+- apiGroups: [agentsession.dev]
+  resources: [agentsessions/status]
+  verbs: [get, patch]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+# patch: a repeated denial raises the count of its Event instead of adding one.
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
 {{- end }}

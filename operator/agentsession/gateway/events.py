@@ -109,6 +109,7 @@ class ErrorCode:
     CONFLICT = "conflict"
     TIMEOUT = "timeout"
     AGENTCTL_NOT_READY = "agentctl_not_ready"
+    BUDGET_EXHAUSTED = "budget_exhausted"
     UPSTREAM_ERROR = "upstream_error"
     SLOW_CONSUMER = "slow_consumer"
     TOO_MANY_REQUESTS = "too_many_requests"

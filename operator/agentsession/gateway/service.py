@@ -22,6 +22,7 @@ from agentsession.gateway.events import (
     Reply,
     RequestError,
 )
+from agentsession.gateway.status import budget_state
 from agentsession.gateway.upstream import request_error
 from agentsession.gateway.watch_cache import Key
 from agentsession.kube.views import SessionView
@@ -195,6 +196,16 @@ class Service:
             conn.drop_updates(agent)
             return {"success": True, "task_id": agent}
         if cmd.action == c.PROMPT:
+            body = reg.session(key)
+            exhausted, why = budget_state(SessionView(body))
+            if exhausted:
+                # Refused here, before agentctl: the proxy would refuse the turn's first model call anyway.
+                raise RequestError(
+                    ErrorCode.BUDGET_EXHAUSTED,
+                    f"{agent} has exhausted its budget ({why}); raise its spec.budget to go on",
+                    agentId=agent,
+                    usage=(body.get("status") or {}).get("usage"),
+                )
             accepted = await (await reg.ready_client(key)).prompt(cmd.args["text"])
             return {"agentId": agent, "accepted": True, "sessionId": accepted.session_id}
         if cmd.action == c.SET_MODE:

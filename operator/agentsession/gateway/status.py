@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentsession.api.egress import BUDGET_CONDITION
 from agentsession.api.manifest import Manifest
 from agentsession.kube.views import SessionView
 
@@ -28,8 +29,19 @@ AGENT_INFO_FIELDS = (
 )
 
 # What the console shows of the cluster's view: the summary phase, every condition with the reason that explains
-# it, the pod, and how long its start took.
-CLUSTER_STATE_FIELDS = ("phase", "conditions", "podName", "restartCount", "startTime", "readyTime", "startup")
+# it, the pod, how long its start took, and the model use the egress proxy metered against the session's budget.
+CLUSTER_STATE_FIELDS = (
+    "phase",
+    "conditions",
+    "podName",
+    "restartCount",
+    "startTime",
+    "readyTime",
+    "startup",
+    "usage",
+    "budget_exhausted",
+    "budget_message",
+)
 
 
 @dataclass(frozen=True)
@@ -110,4 +122,15 @@ def cluster_state(body: Manifest) -> dict[str, Any]:
     ]
     if status.startup is not None:
         fields["startup"] = status.startup.model_dump(mode="json", exclude_none=True)
+    # status.usage as the proxy wrote it; the condition, not the gateway, decides whether the budget is spent.
+    fields["usage"] = (body.get("status") or {}).get("usage")
+    fields["budget_exhausted"], fields["budget_message"] = budget_state(SessionView(body))
     return {name: fields.get(name) for name in CLUSTER_STATE_FIELDS}
+
+
+def budget_state(session: SessionView) -> tuple[bool, str | None]:
+    """Whether the session's condition BudgetExhausted is True, and its message (which limit was reached)."""
+    condition = session.condition(BUDGET_CONDITION)
+    if condition is None or condition.status != "True":
+        return False, None
+    return True, condition.message or "the session's budget is exhausted"

@@ -2,7 +2,7 @@
 // session's page. It speaks the gateway's lifecycle dialect on one WebSocket; the shell has its own (terminal.js).
 // Nothing is stored on the server; the token lives in this tab's sessionStorage only.
 
-import { age, startup, why } from "./format.js";
+import { age, budget, startup, usage, why } from "./format.js";
 import { GatewaySocket, LIFECYCLE } from "./gateway.js";
 import { ShellPanel } from "./terminal.js";
 import { Transcript } from "./transcript.js";
@@ -204,6 +204,7 @@ function renderSessions() {
       cell("Agent", info.type),
       cell("Age", age(info.createdAt), "age"),
       cell("Startup", startup(cluster), "startup"),
+      cell("Usage", usage(cluster), cluster.budget_exhausted ? "usage exhausted" : "usage"),
     );
     return tr;
   });
@@ -276,6 +277,9 @@ function renderSession() {
     lines.push(["warn", `Starting${cluster.phase ? ` (${cluster.phase})` : ""}${reason ? `: ${reason}` : "…"}`]);
   } else if (STATE_TEXT[status]) lines.push(["muted", STATE_TEXT[status]]);
   else if (status === "not found") lines.push(["bad", `No session ${page.id} that you may see.`]);
+  const spent = budget(cluster);
+  if (spent) lines.push(["bad", spent]);
+  if (cluster.usage) lines.push(["muted", `Usage: ${usage(cluster, { long: true })}.`]);
   const timings = startup(cluster, { long: true });
   if (timings && (status === "ready" || status === "processing")) {
     lines.push(["muted", `Pod ${cluster.podName}: ${timings}.`]);
@@ -291,7 +295,8 @@ function renderSession() {
 
   const live = app.socket?.open && page.initialized;
   const running = status === "ready" || status === "processing";
-  $("prompt").disabled = !(live && status === "ready");
+  // A spent budget refuses prompts at the gateway; raising it enables the field again, without a restart.
+  $("prompt").disabled = !(live && status === "ready" && !cluster.budget_exhausted);
   $("send").disabled = $("prompt").disabled;
   $("cancel").disabled = !(live && status === "processing");
   $("suspend").disabled = !(app.socket?.open && (running || status === "initializing"));

@@ -52,3 +52,34 @@ export function why(info, cluster) {
   if (!ready || ready.status === "True") return "";
   return ready.message ? `${ready.reason}: ${ready.message}` : ready.reason;
 }
+
+const count = new Intl.NumberFormat("en-US");
+
+function tokens(n) {
+  if (n >= 1_000_000) return `${(n / 1_000_000).toFixed(1)}M`;
+  if (n >= 10_000) return `${Math.round(n / 1000)}k`;
+  return count.format(n);
+}
+
+// The egress proxy's meter (status.usage): "$0.0123 · 6,540 tok" in the list; every count on the session's page.
+// Tokens are input (not from cache) + cached input + output, as budgets count them.
+export function usage(cluster, { long = false } = {}) {
+  const u = cluster?.usage;
+  if (!u) return "";
+  const input = u.inputTokens || 0;
+  const cached = u.cachedTokens || 0;
+  const output = u.outputTokens || 0;
+  const cost = `$${u.costUSD || "0"}`;
+  if (!long) return `${cost} · ${tokens(input + cached + output)} tok`;
+  const requests = u.requests || 0;
+  return (
+    `${count.format(requests)} model request${requests === 1 ? "" : "s"}, ` +
+    `${count.format(input)} input + ${count.format(cached)} cached + ${count.format(output)} output tokens, ${cost}`
+  );
+}
+
+// Why prompts are refused, while the BudgetExhausted condition is True; "" otherwise.
+export function budget(cluster) {
+  if (!cluster?.budget_exhausted) return "";
+  return `Budget exhausted: ${cluster.budget_message || "a limit was reached"}. Raise spec.budget to go on.`;
+}

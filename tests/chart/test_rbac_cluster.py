@@ -48,6 +48,8 @@ OPERATOR_MUST = [
     ("get", "networkpolicies.networking.k8s.io", ()),
     ("create", "networkpolicies.networking.k8s.io", ()),
     ("patch", "networkpolicies.networking.k8s.io", ()),
+    # The layered budget: the served namespace's annotation.
+    ("get", "namespaces", ()),
 ]
 OPERATOR_MUST_NOT = [
     ("list", "secrets", ()),
@@ -63,6 +65,8 @@ OPERATOR_MUST_NOT = [
     ("create", "serviceaccounts", ("--subresource=token",)),
     ("create", "roles.rbac.authorization.k8s.io", ()),
     ("delete", "networkpolicies.networking.k8s.io", ()),
+    # The egress proxy's Service is read in the release namespace only.
+    ("list", "services", ()),
     ("list", "networkpolicies.networking.k8s.io", ()),
     ("update", "pods", ()),
     ("create", "pods", ("--subresource=ephemeralcontainers",)),

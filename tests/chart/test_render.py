@@ -456,10 +456,14 @@ def test_namespace_mode_has_no_cluster_wide_grants(render: Render) -> None:
     assert binding["roleRef"]["name"] == "system:auth-delegator"
     assert [s["name"] for s in binding["subjects"]] == ["agentsession-gateway"]
     roles = by_kind(manifests, "Role")
+    # Besides the Roles in each served namespace, the operator reads the egress proxy's Service in its own.
     assert sorted((r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles) == [
-        (ns, f"agentsession-{c}")
-        for ns in ("team-a", "team-b")
-        for c in ("egress-proxy", "gateway", "operator")
+        ("agentsession-system", "agentsession-operator-egress-proxy"),
+        *[
+            (ns, f"agentsession-{c}")
+            for ns in ("team-a", "team-b")
+            for c in ("egress-proxy", "gateway", "operator")
+        ],
     ]
 
 

@@ -164,6 +164,12 @@ or in namespace scope the release namespace; empty means cluster-wide.
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, list]
+{{- if .Values.egressProxy.enabled }}
+# The layered budget: a namespace's annotation `agentsession.dev/budget` (by name only).
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get]
+{{- end }}
 {{- if .Values.networkPolicy.enabled }}
 # The NetworkPolicy that guards agentctl, in each namespace where it creates pods: created, read back, put back.
 - apiGroups: [networking.k8s.io]

@@ -84,11 +84,9 @@ async def test_a_restarted_proxy_carries_on_from_the_status() -> None:
     assert second.usage(_info(kube)).requests == 1
     _call(second, _info(kube), Tokens(input=10, output=1), "0.01")
     await second.flush()
-    assert (
-        _usage(kube)["requests"] == 2
-        and _usage(kube)["inputTokens"] == 20
-        and _usage(kube)["costUSD"] == "0.02"
-    )
+    assert _usage(kube)["requests"] == 2
+    assert _usage(kube)["inputTokens"] == 20
+    assert _usage(kube)["costUSD"] == "0.02"
 
 
 async def test_two_proxies_add_up_and_conflicts_are_retried() -> None:

@@ -40,6 +40,7 @@ def _upper(value: Any) -> Any:
 
 # NoDecode hands the raw text to `_split` instead of requiring JSON, so `a,b` works wherever `["a","b"]` does.
 StrList = Annotated[list[str], NoDecode, BeforeValidator(_split)]
+IntList = Annotated[list[int], NoDecode, BeforeValidator(_split)]
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)]
 LogFormat = Literal["text", "json"]
 

@@ -327,6 +327,7 @@ async def test_requests_lists_what_reached_the_model_and_delete_clears_it(stub: 
             "tool_result": False,
             "prompts": ["one"],
             "stream": True,
+            "api_key": "",
             "outcome": "completed",
         },
         {
@@ -337,6 +338,7 @@ async def test_requests_lists_what_reached_the_model_and_delete_clears_it(stub: 
             "tool_result": False,
             "prompts": ["one", "two"],
             "stream": True,
+            "api_key": "",
             "outcome": "completed",
         },
     ]

@@ -77,6 +77,7 @@ class Kube(Protocol):
         resource_version: str,
         timeout_seconds: int,
         inactivity_timeout: float,
+        label_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """Changes after `resource_version`, bookmarks included; Gone when that version is too old,
         TimeoutError when the connection stays silent for `inactivity_timeout` seconds."""
@@ -186,6 +187,9 @@ class ApiKube:
                 return self._custom.list_cluster_custom_object, args
             args = (resource.group, resource.version, namespace, resource.plural)
             return self._custom.list_namespaced_custom_object, args
+        if not resource.namespaced:
+            cluster: ApiCall = getattr(self._typed[resource.group], f"list_{_snake(resource.kind)}")
+            return cluster, ()
         if namespace is None:
             every: ApiCall = getattr(
                 self._typed[resource.group], f"list_{_snake(resource.kind)}_for_all_namespaces"
@@ -283,12 +287,15 @@ class ApiKube:
         resource_version: str,
         timeout_seconds: int,
         inactivity_timeout: float,
+        label_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         what = f"watch {resource.plural} in {namespace or 'all namespaces'}"
         call, args = self._list_call(resource, namespace)
+        selector = {"label_selector": label_selector} if label_selector else {}
         try:
             response = await call(
                 *args,
+                **selector,
                 watch=True,
                 allow_watch_bookmarks=True,
                 resource_version=resource_version,

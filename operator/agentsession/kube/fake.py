@@ -243,6 +243,7 @@ class FakeKube:
         resource_version: str,
         timeout_seconds: int,
         inactivity_timeout: float,
+        label_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         self._record("watch", resource.kind, namespace, "")
         history = self._history.setdefault(resource.kind, _History())
@@ -259,6 +260,7 @@ class FakeKube:
                 for version, event in history.events
                 if version > after
                 and (namespace is None or (event.object.get("metadata") or {}).get("namespace") == namespace)
+                and _matches(event.object, None, label_selector)
             ]
             for version, event in pending:
                 after = version

@@ -29,6 +29,7 @@ AGENT_SESSIONS = Resource(KIND, PLURAL, GROUP, VERSION)
 AGENT_SESSION_POOLS = Resource(POOL_KIND, POOL_PLURAL, GROUP, VERSION)
 PODS = Resource("Pod", "pods")
 SECRETS = Resource("Secret", "secrets")
+NAMESPACES = Resource("Namespace", "namespaces", namespaced=False)
 CLAIMS = Resource("PersistentVolumeClaim", "persistentvolumeclaims")
 EVENTS = Resource("Event", "events")
 LEASES = Resource("Lease", "leases", "coordination.k8s.io")
@@ -47,6 +48,7 @@ BY_KIND: dict[str, Resource] = {
         AGENT_SESSION_POOLS,
         PODS,
         SECRETS,
+        NAMESPACES,
         CLAIMS,
         EVENTS,
         LEASES,

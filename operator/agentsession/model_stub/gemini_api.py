@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentsession.model_stub.recorder import Recorder
+from agentsession.model_stub.recorder import Recorder, api_key_of
 from agentsession.model_stub.script import SIDE_REPLY, Exchange, Reply, ToolResult, reply_to
 from agentsession.model_stub.sse import Event, answer
 
@@ -145,7 +145,7 @@ def routes(recorder: Recorder) -> list[web.RouteDef]:
             )
         exchange = exchange_of(body)
         stream = method == "streamGenerateContent"
-        received = recorder.record(ENDPOINT, model, exchange, stream=stream)
+        received = recorder.record(ENDPOINT, model, exchange, stream=stream, api_key=api_key_of(request))
         candidate = _Candidate(body, model, exchange, reply_to(exchange))
         return await answer(request, candidate, received, stream=stream)
 

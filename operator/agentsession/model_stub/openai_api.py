@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from agentsession.model_stub.ids import stable_id
-from agentsession.model_stub.recorder import Recorder
+from agentsession.model_stub.recorder import Recorder, api_key_of
 from agentsession.model_stub.script import Exchange, FileWrite, Reply, ToolResult, reply_to
 from agentsession.model_stub.sse import Event, answer
 
@@ -185,7 +185,9 @@ def routes(recorder: Recorder) -> list[web.RouteDef]:
             return web.json_response({"error": {"message": "expected a JSON object"}}, status=400)
         exchange = exchange_of(body)
         stream = bool(body.get("stream"))
-        received = recorder.record(ENDPOINT, str(body.get("model", "")), exchange, stream=stream)
+        received = recorder.record(
+            ENDPOINT, str(body.get("model", "")), exchange, stream=stream, api_key=api_key_of(request)
+        )
         response = _Response(body, exchange, reply_to(exchange))
         return await answer(request, response, received, stream=stream)
 

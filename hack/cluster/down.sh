@@ -112,6 +112,7 @@ if [ -n "$(kube_router_chains)" ]; then
   done
   log "removed kube-router iptables rules"
 fi
+for chain in INPUT FORWARD; do while iptables -D "$chain" "${POD_GUARD_RULE[@]}" 2>/dev/null; do :; done; done
 if command -v ipset >/dev/null; then
   sets="$(ipset list -n 2>/dev/null | grep -E '^KUBE-(SRC|DST)-')"
   for set in $sets; do ipset destroy "$set" 2>/dev/null || warn "could not destroy ipset $set"; done

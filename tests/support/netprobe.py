@@ -24,7 +24,8 @@ from kubernetes import client
 from tests.conftest import wait_until
 
 PROBE_PORT: Final = 8080
-# One connect attempt: a REJECT answers at once (refused); a DROP shows as a timeout after this long.
+# One connect attempt: a REJECT answers at once (refused), but the kernel sends at most a burst of such answers to
+# one peer, then one a second (net.ipv4.icmp_ratelimit); the others, like a DROP, show as a timeout after this long.
 CONNECT_TIMEOUT_S: Final = 1.0
 POD_START_TIMEOUT_S: Final = 120.0
 # The enforcer applies a policy change asynchronously (kube-router: on the watch event, one full iptables sync);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stops the local cluster that up.sh started and removes what it left on the host: containers, pod network
-# namespaces, mounts, the pod bridge, kube-proxy's iptables rules and the node address. Cluster data (etcd, pods)
+# namespaces, mounts, the pod bridge, kube-proxy's and kube-router's iptables rules (and kube-router's ipsets) and
+# the node address. Cluster data (etcd, pods)
 # goes too, so the next up.sh starts clean; certificates, built binaries and imported images stay cached.
 #
 # Safe to run twice and from a shell `trap`: it keeps going past individual failures and exits 0 unless something
@@ -18,8 +19,8 @@ PURGE=0
 
 # kwok (simulated nodes, hack/cluster/kwok.sh) first: its fake nodes and pods go with etcd's data.
 stop_components 5 kwok
-# The kubelet would restart containers as they are removed; stop it (and kube-proxy) first.
-stop_components 10 kube-proxy kubelet
+# The kubelet would restart containers as they are removed; stop it (and kube-proxy, kube-router) first.
+stop_components 10 kube-router kube-proxy kubelet
 
 # Pod sandboxes and containers: kill and remove them through containerd while it still runs, so their shims exit and
 # their snapshots are released. Each sandbox's network namespace is noted for removal below.
@@ -88,6 +89,35 @@ stop_components 5 volume-provisioner kube-scheduler kube-controller-manager
 # Last, so no client of ours holds a watch open while it drains; its data is discarded, so its grace is short.
 stop_components 2 kube-apiserver
 stop_components 10 etcd
+
+# kube-router's NetworkPolicy rules: the jumps from INPUT, FORWARD and OUTPUT to its KUBE-ROUTER-* chains, those
+# chains, the per-policy and per-pod chains (KUBE-NWPLCY-*, KUBE-POD-FW-*) and the ipsets they match (KUBE-SRC-*,
+# KUBE-DST-*). Not `kube-router --cleanup-config`: that also flushes every IPVS service of the host and destroys
+# every ipset, kube-router's or not. It keeps no state outside the filter table and these sets.
+kube_router_chains() {
+  iptables -t filter -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-(ROUTER|NWPLCY|POD-FW)-/ {print $2}'
+}
+# The number of the first rule of a built-in chain that jumps to kube-router's chains (its comment has spaces and
+# quotes, so the rule is deleted by number).
+kube_router_jump() {
+  iptables -t filter -L "$1" -n --line-numbers 2>/dev/null | awk '$2 ~ /^KUBE-ROUTER-/ {print $1; exit}'
+}
+if [ -n "$(kube_router_chains)" ]; then
+  for builtin in INPUT FORWARD OUTPUT; do
+    while n="$(kube_router_jump "$builtin")" && [ -n "$n" ]; do iptables -t filter -D "$builtin" "$n" || break; done
+  done
+  for chain in $(kube_router_chains); do iptables -t filter -F "$chain" 2>/dev/null; done
+  for chain in $(kube_router_chains); do
+    iptables -t filter -X "$chain" 2>/dev/null || warn "could not remove iptables chain $chain"
+  done
+  log "removed kube-router iptables rules"
+fi
+for chain in INPUT FORWARD; do while iptables -D "$chain" "${POD_GUARD_RULE[@]}" 2>/dev/null; do :; done; done
+if command -v ipset >/dev/null; then
+  sets="$(ipset list -n 2>/dev/null | grep -E '^KUBE-(SRC|DST)-')"
+  for set in $sets; do ipset destroy "$set" 2>/dev/null || warn "could not destroy ipset $set"; done
+  [ -n "$sets" ] && log "removed kube-router ipsets"
+fi
 
 if [ -x "$K8S_BIN/kube-proxy" ] && iptables-save 2>/dev/null | grep KUBE- >/dev/null; then
   timeout 30 "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || warn "kube-proxy --cleanup failed"

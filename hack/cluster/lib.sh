@@ -5,6 +5,8 @@
 K8S_VERSION="${K8S_VERSION:-1.34.4}"
 CACHE_DIR="${AGENTSESSION_CACHE:-$HOME/.cache/agentsession}"
 K8S_BIN="$CACHE_DIR/kubernetes/v$K8S_VERSION/bin"
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-2.1.0}"
+KUBE_ROUTER_BIN="$CACHE_DIR/kube-router/v$KUBE_ROUTER_VERSION/bin"
 TOOLS_BIN="$CACHE_DIR/bin"
 CLUSTER_DIR="${AGENTSESSION_CLUSTER_DIR:-$CACHE_DIR/cluster}"
 
@@ -33,6 +35,12 @@ ETCD_CLIENT_PORT="${AGENTSESSION_ETCD_PORT:-2379}"
 ETCD_PEER_PORT="${AGENTSESSION_ETCD_PEER_PORT:-2380}"
 APISERVER_PORT="${AGENTSESSION_APISERVER_PORT:-6443}"
 APISERVER_URL="https://$NODE_IP:$APISERVER_PORT"
+# kube-router's health port binds every interface, so it is off; its metrics server, which can bind loopback alone,
+# serves /healthz as well.
+KUBE_ROUTER_METRICS_PORT="${AGENTSESSION_KUBE_ROUTER_METRICS_PORT:-20244}"
+# Appended to INPUT and FORWARD (up.sh): new connections from pods that kube-router has no chain for yet.
+POD_GUARD_RULE=(-i "$BRIDGE" -m conntrack --ctstate NEW -m comment --comment "agentsession: pod not yet seen by kube-router"
+  -j REJECT)
 
 CONTAINERD_SOCK="$RUN/containerd.sock"
 CONTAINERD_ROOT="$CLUSTER_DIR/containerd"
@@ -40,8 +48,9 @@ CONTAINERD_STATE="$RUN/containerd-state"
 PAUSE_IMAGE="localhost/agentsession/pause:3.10"
 KUBELET_ROOT="$CLUSTER_DIR/kubelet"
 
-# Start order; down.sh stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler volume-provisioner containerd kubelet kube-proxy)
+# Start order; down.sh stops them in reverse. kube-router is the NetworkPolicy enforcer (its firewall alone).
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler volume-provisioner containerd kubelet kube-proxy
+  kube-router)
 
 _t0_ms="${_t0_ms:-$(( $(date +%s%N) / 1000000 ))}"
 elapsed() { local ms=$(( $(date +%s%N) / 1000000 - _t0_ms )); printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100)); }

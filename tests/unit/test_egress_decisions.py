@@ -3,6 +3,8 @@ and the price of a call."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from agentsession.api.egress import (
     phantom_digest,
 )
 from agentsession.egress_proxy.directory import Directory
-from agentsession.egress_proxy.identity import Caller, Refusal, by_address, by_phantom
+from agentsession.egress_proxy.identity import Caller, Refusal, by_address, by_phantom, settled
 from agentsession.egress_proxy.policy import budget_refusal, egress_refusal, is_push, push_refusal
 from agentsession.egress_proxy.prices import OTHER, Price, PriceTable, Tokens
 from agentsession.egress_proxy.upstream import blocked
@@ -66,6 +68,31 @@ def test_a_phantom_from_its_pods_address_names_the_session(directory: Directory)
 def _refused(result: Caller | Refusal) -> tuple[int, str]:
     assert isinstance(result, Refusal), result
     return result.status, result.type
+
+
+async def test_a_new_pods_first_call_waits_for_its_address_instead_of_being_refused(
+    directory: Directory,
+) -> None:
+    phantom = new_phantom()
+    directory.apply_session("ADDED", session("s1"))
+    directory.apply_pod("ADDED", pod("s1-agent", None, phantom, "s1"))
+    asyncio.get_running_loop().call_later(
+        0.2, directory.apply_pod, "MODIFIED", pod("s1-agent", "10.1.0.5", phantom, "s1")
+    )
+    assert isinstance(await settled(lambda: by_phantom(directory, phantom, "10.1.0.5")), Caller)
+    # Another address is decided at once; an address that never becomes a pod's, after the grace only.
+    started = time.monotonic()
+    assert _refused(await settled(lambda: by_phantom(directory, phantom, "10.1.0.6"))) == (
+        403,
+        "credential_not_bound",
+    )
+    assert time.monotonic() - started < 0.1
+    started = time.monotonic()
+    assert _refused(await settled(lambda: by_address(directory, "10.1.0.9"), grace=0.3)) == (
+        403,
+        "unknown_caller",
+    )
+    assert time.monotonic() - started >= 0.3
 
 
 def test_unknown_and_malformed_phantoms_are_unknown(directory: Directory) -> None:

@@ -7,6 +7,7 @@ sessions holds kilobytes per session, not their manifests. `Directory` is filled
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -26,8 +27,10 @@ from agentsession.api.egress import (
 )
 from agentsession.api.manifest import Manifest
 from agentsession.kube.client import Kube
+from agentsession.kube.errors import KubeError, NotFound
 from agentsession.kube.informer import Handler, Informer
 from agentsession.kube.resources import AGENT_SESSIONS, NAMESPACES, PODS, Resource
+from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ REVOKED_REMEMBERED: Final = 10_000
 # The pods the operator makes (sessions' and pools'): the proxy never needs any other.
 POD_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGER}"
 _NAMESPACE_KEYS: Final = (EGRESS_ALLOW_ANNOTATION, BUDGET_ANNOTATION)
+# How soon a change of a named namespace's defaults shows (the operator reads them as often).
+READ_INTERVAL_SECONDS: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +222,42 @@ class Directory:
             self._namespaces[name] = kept
 
 
+class NamespaceReader:
+    """Each named namespace read by name every READ_INTERVAL_SECONDS: what a proxy serving named namespaces knows
+    of their annotations, which change rarely."""
+
+    def __init__(
+        self, kube: Kube, names: list[str], handler: Handler, interval: float = READ_INTERVAL_SECONDS
+    ) -> None:
+        self._kube, self._names, self._handler, self._interval = kube, names, handler, interval
+        self._first_round = asyncio.Event()
+        self._tasks = Supervisor("namespace reads", log)
+
+    @property
+    def synced(self) -> bool:
+        return self._first_round.is_set()
+
+    def start(self) -> None:
+        self._tasks.spawn(self._run(), "namespaces")
+
+    async def stop(self) -> None:
+        await self._tasks.close()
+
+    async def _run(self) -> None:
+        while True:
+            for name in self._names:
+                try:
+                    self._handler("MODIFIED", await self._kube.get(NAMESPACES, None, name))
+                except NotFound:
+                    self._handler("DELETED", {"metadata": {"name": name}})
+                except KubeError as error:
+                    log.warning(
+                        "could not read namespace %s (%s); its defaults stay as last read", name, error
+                    )
+            self._first_round.set()
+            await asyncio.sleep(self._interval)
+
+
 class KubeDirectory(Directory):
     """The directory kept current by watches of the operator's pods, the sessions and the namespaces."""
 
@@ -243,11 +284,14 @@ class KubeDirectory(Directory):
                 server_timeout=server_timeout,
             )
 
-        self._informers = [
+        self._informers: list[Informer | NamespaceReader] = [
             informer(PODS, self.apply_pod, namespaces, POD_SELECTOR),
             informer(AGENT_SESSIONS, self.apply_session, namespaces),
-            # Cluster-wide even when serving some namespaces: the API has no watch of a list of names.
-            informer(NAMESPACES, self.apply_namespace, None),
+            # Named namespaces are read by name: a Role in a namespace grants `get` of its own Namespace object,
+            # never a list or watch of namespaces.
+            NamespaceReader(kube, namespaces, self.apply_namespace)
+            if namespaces
+            else informer(NAMESPACES, self.apply_namespace, None),
         ]
 
     @property

@@ -17,7 +17,7 @@ from yarl import URL
 
 from agentsession.egress_proxy import metrics
 from agentsession.egress_proxy.errors import text_error, text_head
-from agentsession.egress_proxy.identity import Caller, Refusal, by_address
+from agentsession.egress_proxy.identity import Caller, Refusal, by_address, settled
 from agentsession.egress_proxy.policy import egress_refusal
 from agentsession.egress_proxy.relay import outgoing, relay
 from agentsession.egress_proxy.state import Proxy, peer_of
@@ -31,11 +31,11 @@ _AUTHORITY = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]{1,253}):(?P
 ESTABLISHED: Final = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
 
-def decide(
+async def decide(
     proxy: Proxy, peer: str | None, host: str, port: int, ports: list[int], kind: str
 ) -> Caller | Refusal:
     """The caller when it may reach host:port; else the refusal, counted, and reported on the session."""
-    caller = by_address(proxy.directory, peer)
+    caller = await settled(lambda: by_address(proxy.directory, peer))
     if isinstance(caller, Refusal):
         metrics.DENIED.labels("", caller.type).inc()
         return caller
@@ -58,7 +58,7 @@ async def plain_http(request: web.Request, proxy: Proxy) -> web.StreamResponse:
             Refusal(400, "bad_request", "send https:// through CONNECT; plain requests need http://")
         )
     host, port = url.host.lower(), url.port or 80
-    decided = decide(proxy, peer_of(request), host, port, proxy.settings.http_ports, "http")
+    decided = await decide(proxy, peer_of(request), host, port, proxy.settings.http_ports, "http")
     if isinstance(decided, Refusal):
         return text_error(decided)
     data = request.content.iter_any() if request.body_exists else None
@@ -101,7 +101,7 @@ async def tunnel(proxy: Proxy, reader: asyncio.StreamReader, writer: asyncio.Str
         await _answer(writer, text_head(Refusal(400, "bad_request", "expected CONNECT host:port HTTP/1.1")))
         return
     host, port = target
-    decided = decide(proxy, peer, host, port, proxy.settings.connect_ports, "connect")
+    decided = await decide(proxy, peer, host, port, proxy.settings.connect_ports, "connect")
     if isinstance(decided, Refusal):
         await _answer(writer, text_head(decided))
         return

@@ -17,7 +17,7 @@ from yarl import URL
 from agentsession.egress_proxy import metrics
 from agentsession.egress_proxy.credentials import GIT_TOKEN_KEY, CredentialError
 from agentsession.egress_proxy.errors import text_error
-from agentsession.egress_proxy.identity import Refusal, by_address
+from agentsession.egress_proxy.identity import Refusal, by_address, settled
 from agentsession.egress_proxy.policy import is_push, push_refusal
 from agentsession.egress_proxy.relay import outgoing, relay
 from agentsession.egress_proxy.state import PROXY, peer_of
@@ -35,7 +35,8 @@ async def git_call(request: web.Request) -> web.StreamResponse:
     host = request.match_info["host"].lower()
     if host not in proxy.settings.git_hosts:
         return text_error(Refusal(404, "not_found", f"{host} is not a git host of this proxy"))
-    caller = by_address(proxy.directory, peer_of(request))
+    peer = peer_of(request)
+    caller = await settled(lambda: by_address(proxy.directory, peer))
     if isinstance(caller, Refusal):
         metrics.DENIED.labels("", caller.type).inc()
         return text_error(caller)

@@ -5,10 +5,18 @@ Pure decisions over the `Directory`; the handlers turn a `Refusal` into the prov
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from agentsession.api.egress import PHANTOM_PREFIX, phantom_digest
 from agentsession.egress_proxy.directory import Directory, PodInfo, SessionInfo
+
+# A pod can call as soon as its containers start, a moment before its address reaches the proxy's watch.
+ADDRESS_GRACE_SECONDS: Final = 3.0
+_RECHECK_SECONDS: Final = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +24,8 @@ class Refusal:
     status: int
     type: str
     message: str
+    pending: bool = False
+    """A newer view of the cluster could turn it: the pod has no address yet, or the address is no pod yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,13 @@ def by_phantom(directory: Directory, phantom: str | None, peer: str | None) -> C
         if directory.revoked(digest):
             return Refusal(403, "credential_not_bound", "the credential is revoked: its pod is gone")
         return UNKNOWN
+    if pod.ip is None:
+        return Refusal(
+            403,
+            "credential_not_bound",
+            f"pod {pod.namespace}/{pod.name} has no address yet: try again in a moment",
+            pending=True,
+        )
     if peer is None or pod.ip != peer:
         return Refusal(
             403,
@@ -72,4 +89,17 @@ def by_address(directory: Directory, peer: str | None) -> Caller | Refusal:
         return _bound(directory, claimed[0])
     if pods:
         return _bound(directory, pods[0])
-    return Refusal(403, "unknown_caller", "the calling address is not a session pod's")
+    return Refusal(403, "unknown_caller", "the calling address is not a session pod's", pending=True)
+
+
+async def settled(
+    decide: Callable[[], Caller | Refusal], grace: float = ADDRESS_GRACE_SECONDS
+) -> Caller | Refusal:
+    """`decide` again while its refusal is pending and the grace lasts: a new pod's first call is not refused
+    for arriving before its address."""
+    deadline = time.monotonic() + grace
+    outcome = decide()
+    while isinstance(outcome, Refusal) and outcome.pending and time.monotonic() < deadline:
+        await asyncio.sleep(_RECHECK_SECONDS)
+        outcome = decide()
+    return outcome

@@ -18,7 +18,7 @@ from agentsession.api.egress import PROVIDERS, ProviderRoute
 from agentsession.egress_proxy import metrics
 from agentsession.egress_proxy.credentials import CredentialError
 from agentsession.egress_proxy.errors import provider_error
-from agentsession.egress_proxy.identity import Caller, Refusal, by_phantom
+from agentsession.egress_proxy.identity import Caller, Refusal, by_phantom, settled
 from agentsession.egress_proxy.policy import budget_refusal
 from agentsession.egress_proxy.prices import Tokens
 from agentsession.egress_proxy.relay import outgoing, relay
@@ -105,7 +105,8 @@ async def model_call(request: web.Request) -> web.StreamResponse:
             404, "not_found", f"no model route {provider!r}: use one of {', '.join(sorted(PROVIDER_NAMES))}"
         )
         return provider_error("anthropic", refusal)
-    caller = by_phantom(proxy.directory, phantom_of(provider, request), peer_of(request))
+    phantom, peer = phantom_of(provider, request), peer_of(request)
+    caller = await settled(lambda: by_phantom(proxy.directory, phantom, peer))
     if isinstance(caller, Refusal):
         return _deny(proxy, provider, "", caller)
     session = caller.session

@@ -35,7 +35,6 @@ EVENTS = Resource("Event", "events")
 LEASES = Resource("Lease", "leases", "coordination.k8s.io")
 NETWORK_POLICIES = Resource("NetworkPolicy", "networkpolicies", "networking.k8s.io")
 SERVICES = Resource("Service", "services")
-NAMESPACES = Resource("Namespace", "namespaces", namespaced=False)
 TOKEN_REVIEWS = Resource("TokenReview", "tokenreviews", "authentication.k8s.io", namespaced=False)
 ACCESS_REVIEWS = Resource(
     "SubjectAccessReview", "subjectaccessreviews", "authorization.k8s.io", namespaced=False
@@ -54,7 +53,6 @@ BY_KIND: dict[str, Resource] = {
         LEASES,
         NETWORK_POLICIES,
         SERVICES,
-        NAMESPACES,
         TOKEN_REVIEWS,
         ACCESS_REVIEWS,
     )

@@ -32,7 +32,7 @@ from agentsession.agentctl_api import AGENTCTL_PORT
 from agentsession.api.constants import AGENT_CONTAINER
 from agentsession.api.egress import PHANTOM_DIGEST_ANNOTATION, PHANTOM_PREFIX, phantom_digest
 from tests.chart.conftest import CHART, run_helm
-from tests.conftest import _unavailable, image_present, wait_until
+from tests.conftest import _unavailable, image_present, installed_tool, wait_until
 from tests.integration.conftest import fresh_namespace
 from tests.support.kube import Sessions
 from tests.support.tls import Authority
@@ -136,6 +136,11 @@ namespace_of = contextmanager(fresh_namespace)
 
 
 @pytest.fixture(scope="module")
+def helm() -> str:
+    return installed_tool("helm")
+
+
+@pytest.fixture(scope="module")
 def world(kube_api: Any, project_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """The outside world: the model stub over TLS, answering as the vendor, the allowed, the refused and the git
     host at once."""
@@ -228,7 +233,7 @@ def _ready(release: Release, sessions: Sessions, name: str) -> Any:
         wait_until(
             f"{name} Ready", lambda: sessions.has_condition(name, "Ready", "True"), timeout=READY_WITHIN
         )
-    except AssertionError:
+    except pytest.fail.Exception:
         pytest.fail(f"session {name} never became Ready\n{release.diagnostics()}", pytrace=False)
     return sessions.pod(name)
 

@@ -23,7 +23,7 @@ from kubernetes import client
 from agentsession.api.constants import API_VERSION, KIND
 from agentsession.api.models import AgentSessionSpec, PoolTemplate
 from agentsession.api.session_ref import SessionRef
-from agentsession.controller.config import AgentctlNetworkPolicy, OperatorConfig
+from agentsession.controller.config import AgentctlNetworkPolicy, EgressProxy, OperatorConfig
 from agentsession.controller.network_policy import build_policy
 from agentsession.controller.pod_builder import build_pod, build_token_secret, build_workspace_claim
 from agentsession.controller.pool_builder import PoolRef, build_member
@@ -303,6 +303,20 @@ def test_the_operators_network_policy_may_guard_session_pods_only(release: Relea
         release.operator, "create", body=everything
     )
     release.allowed(release.operator, "create", body=policy)
+    # With the egress proxy: egress to pods of named namespaces only. An address block, or every namespace, could
+    # open session pods to what another policy closed.
+    proxy = EgressProxy(service_namespace=release.namespace, service_name="proxy")
+    guarded = build_policy(release.namespace, settings, 9999, proxy)
+    guarded["metadata"]["name"] += "-egress"
+    for widened in (
+        _changed(guarded, lambda p: p["spec"]["egress"].append({"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]})),
+        _changed(guarded, lambda p: p["spec"]["egress"].append({"to": [{"namespaceSelector": {}}]})),
+        _changed(guarded, lambda p: p["spec"]["egress"].append({"ports": [{"port": 443}]})),
+    ):
+        assert "selects session pods only" in release.refused_by_policy(
+            release.operator, "create", body=widened
+        )
+    release.allowed(release.operator, "create", body=guarded)
 
 
 # ---------------------------------------------------------------- the real operator, as its own account

@@ -142,6 +142,20 @@ async def model_call(request: web.Request) -> web.StreamResponse:
     hint = _gemini_model(raw_rest) if provider == "gemini" else ""
     meter: Meter | None = None
     first = True
+    # Usage goes into the ledger as the stream reports it (Anthropic's input at the start), so a budget spent
+    # mid-answer shows, and the running turn can be cut, before the answer ends.
+    booked = Tokens()
+
+    def book() -> None:
+        nonlocal booked
+        now = meter.tokens() if meter is not None else None
+        if now is None:
+            return
+        delta = _minus(now, booked)
+        if delta.input or delta.output or delta.cached:
+            _account_tokens(proxy, caller, provider, delta, hint)
+            booked = Tokens(booked.input + delta.input, booked.output + delta.output,
+                            booked.cached + delta.cached, now.model)  # fmt: skip
 
     def seen(chunk: bytes) -> None:
         nonlocal first
@@ -150,6 +164,7 @@ async def model_call(request: web.Request) -> web.StreamResponse:
             first = False
         if meter is not None:
             meter.feed(chunk)
+            book()
 
     metrics.CONNECTIONS.inc()
     try:
@@ -179,16 +194,26 @@ async def model_call(request: web.Request) -> web.StreamResponse:
         return provider_error(provider, refusal)
     finally:
         metrics.CONNECTIONS.dec()
-        _account(proxy, caller, provider, meter.tokens() if meter else None, hint)
+        book()
+        tokens = meter.tokens() if meter else None
+        model = proxy.prices.label(provider, tokens.model if tokens and tokens.model else hint)
+        metrics.MODEL_REQUESTS.labels(session.namespace, session.agent_type, model).inc()
 
 
-def _account(proxy: Proxy, caller: Caller, provider: str, tokens: Tokens | None, hint: str) -> None:
+def _minus(now: Tokens, before: Tokens) -> Tokens:
+    """What `now` reports beyond what is booked; a count a provider reports lower later is never taken back."""
+    return Tokens(
+        max(0, now.input - before.input),
+        max(0, now.output - before.output),
+        max(0, now.cached - before.cached),
+        now.model,
+    )
+
+
+def _account_tokens(proxy: Proxy, caller: Caller, provider: str, tokens: Tokens, hint: str) -> None:
     session = caller.session
-    model = proxy.prices.label(provider, tokens.model if tokens and tokens.model else hint)
+    model = proxy.prices.label(provider, tokens.model or hint)
     labels = (session.namespace, session.agent_type, model)
-    metrics.MODEL_REQUESTS.labels(*labels).inc()
-    if tokens is None:
-        return
     cost = proxy.prices.cost(provider, tokens)
     proxy.ledger.add(session, tokens, cost)
     for kind, count in (("input", tokens.input), ("output", tokens.output), ("cached", tokens.cached)):

@@ -12,6 +12,7 @@ through the proxy with its usage in the status, and a budget stops a turn.
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 import ssl
@@ -48,6 +49,31 @@ VENDOR_HOST = "api.anthropic.com"
 ALLOWED_HOST = "allowed.example"
 DENIED_HOST = "denied.example"
 GIT_HOST = "git.example"
+GIT_PORT = 9443
+GIT_REF = "0123456789abcdef0123456789abcdef01234567"
+# A git host over TLS that serves one ref in git's dumb HTTP protocol (enough for `git ls-remote`) and tells, at
+# /seen, the Authorization headers it received.
+GIT_HOST_SCRIPT = f"""
+import http.server, json, ssl
+seen = []
+class Git(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/seen":
+            body = json.dumps(seen).encode()
+        else:
+            seen.append({{"path": self.path, "authorization": self.headers.get("Authorization", "")}})
+            body = b"{GIT_REF}\\trefs/heads/main\\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+server = http.server.ThreadingHTTPServer(("0.0.0.0", {GIT_PORT}), Git)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("/etc/tls/tls.crt", "/etc/tls/tls.key")
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"""
 REAL_KEY = f"sk-ant-real-{uuid.uuid4().hex}"
 REAL_GIT_TOKEN = f"ghp-real-{uuid.uuid4().hex}"
 KUBERNETES_SERVICE = ("198.18.16.1", 443)
@@ -68,6 +94,7 @@ RESTRICTED_CONTAINER = {
 class World:
     namespace: str
     vendor_ip: str
+    git_ip: str
     ca: Path
 
 
@@ -157,7 +184,10 @@ def world(kube_api: Any, project_image: str, tmp_path_factory: pytest.TempPathFa
         core.create_namespaced_pod(
             namespace, _pod("vendor", project_image, command, VENDOR_PORT, "world-tls")
         )
-        yield World(namespace, _ready_ip(core, namespace, "vendor"), authority.cert)
+        git = ["python3", "-c", GIT_HOST_SCRIPT]
+        core.create_namespaced_pod(namespace, _pod("githost", project_image, git, GIT_PORT, "world-tls"))
+        vendor_ip = _ready_ip(core, namespace, "vendor")
+        yield World(namespace, vendor_ip, _ready_ip(core, namespace, "githost"), authority.cert)
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +216,12 @@ def release(
         "watchNamespaces": [a, b],
         "egressProxy": {
             "replicas": 1,
-            "resolve": {VENDOR_HOST: at, ALLOWED_HOST: at, DENIED_HOST: at, GIT_HOST: at},
+            "resolve": {
+                VENDOR_HOST: at,
+                ALLOWED_HOST: at,
+                DENIED_HOST: at,
+                GIT_HOST: f"{world.git_ip}:{GIT_PORT}",
+            },
             "upstreamCA": {"configMapName": "world-ca", "key": "ca.crt"},
             "defaultAllow": [ALLOWED_HOST],
             "git": {"hosts": [GIT_HOST]},
@@ -511,3 +546,29 @@ def test_a_budget_stops_a_turn_and_raising_it_lets_the_session_go_on(
         timeout=60,
     )
     sessions.delete("budgeted")
+
+
+def test_git_gets_the_token_the_agent_never_sees_and_push_is_refused(
+    release: Release, pods: dict[str, Any], world: World
+) -> None:
+    sessions, pod = pods["claude"]
+    listed = release.exec(
+        sessions.namespace, pod.metadata.name, f"git ls-remote https://{GIT_HOST}/org/repo.git"
+    )
+    assert f"{GIT_REF}\trefs/heads/main" in listed, listed
+    context = ssl.create_default_context(cafile=str(world.ca))
+    context.check_hostname = False
+    import urllib.request
+
+    with urllib.request.urlopen(f"https://{world.git_ip}:{GIT_PORT}/seen", context=context) as answer:
+        seen = json.loads(answer.read())
+    expected = "Basic " + base64.b64encode(f"x-access-token:{REAL_GIT_TOKEN}".encode()).decode()
+    assert seen, seen
+    assert {entry["authorization"] for entry in seen} == {expected}, seen
+    push = release.exec(
+        sessions.namespace, pod.metadata.name,
+        "cd /tmp && rm -rf p && git init -q p && cd p && git -c user.name=a -c user.email=a@b commit -q "
+        f"--allow-empty -m x && git push https://{GIT_HOST}/org/repo.git HEAD:main 2>&1; echo exit=$?",
+    )  # fmt: skip
+    assert "exit=0" not in push, push
+    assert "403" in push, push

@@ -38,9 +38,11 @@ APISERVER_URL="https://$NODE_IP:$APISERVER_PORT"
 # kube-router's health port binds every interface, so it is off; its metrics server, which can bind loopback alone,
 # serves /healthz as well.
 KUBE_ROUTER_METRICS_PORT="${AGENTSESSION_KUBE_ROUTER_METRICS_PORT:-20244}"
-# Appended to INPUT and FORWARD (up.sh): new connections from pods that kube-router has no chain for yet.
+# Appended to INPUT and FORWARD (up.sh): new connections from pods that kube-router has no chain for yet. Dropped,
+# not refused: the client's TCP sends its SYN again a second later, when kube-router has the pod's chain, so a pod
+# that connects at once is delayed, not failed, and its policy still decides.
 POD_GUARD_RULE=(-i "$BRIDGE" -m conntrack --ctstate NEW -m comment --comment "agentsession: pod not yet seen by kube-router"
-  -j REJECT)
+  -j DROP)
 
 CONTAINERD_SOCK="$RUN/containerd.sock"
 CONTAINERD_ROOT="$CLUSTER_DIR/containerd"

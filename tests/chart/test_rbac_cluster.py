@@ -65,8 +65,6 @@ OPERATOR_MUST_NOT = [
     ("create", "serviceaccounts", ("--subresource=token",)),
     ("create", "roles.rbac.authorization.k8s.io", ()),
     ("delete", "networkpolicies.networking.k8s.io", ()),
-    # The egress proxy's Service is read in the release namespace only.
-    ("list", "services", ()),
     ("list", "networkpolicies.networking.k8s.io", ()),
     ("update", "pods", ()),
     ("create", "pods", ("--subresource=ephemeralcontainers",)),
@@ -175,7 +173,8 @@ def expect(
 
 
 @pytest.fixture
-def cluster(kubectl: str, kubeconfig: str) -> Cluster:
+def cluster(kubectl: str, kubeconfig: str, crd_installed: list[str]) -> Cluster:
+    """The cluster, with the CRDs installed: `can-i` says no for a kind the API server does not serve."""
     return Cluster(kubectl, kubeconfig)
 
 
@@ -234,6 +233,10 @@ def test_cluster_scope(
         (operator, "watch", POOLS, ("--all-namespaces",), None, True),
         (operator, "watch", "pods", ("--all-namespaces",), None, True),
         (operator, "watch", "customresourcedefinitions.apiextensions.k8s.io", (), None, True),
+        # The egress proxy's Service, in the release namespace only.
+        (operator, "watch", "services", (), namespace, True),
+        (operator, "list", "services", (), elsewhere, False),
+        (operator, "get", "services", ("--all-namespaces",), None, False),
         (gateway, "watch", AGS, ("--all-namespaces",), None, True),
         (gateway, "list", "secrets", ("--all-namespaces",), None, False),
         (gateway, "get", "secrets", ("--all-namespaces",), None, False),
@@ -281,6 +284,9 @@ def test_namespace_scope(
             (account, "list", "namespaces", (), None, False),
             (account, "list", "customresourcedefinitions.apiextensions.k8s.io", (), None, False),
         ]
+    # The egress proxy's Service, in the release namespace only.
+    checks += [(operator, "watch", "services", (), namespace, True)]
+    checks += [(operator, "list", "services", (), ns, False) for ns in (*watched, elsewhere)]
     checks += expect(gateway, REVIEWS, None, True) + expect(operator, REVIEWS, None, False)
     verify(cluster, checks)
 

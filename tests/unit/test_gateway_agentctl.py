@@ -150,6 +150,9 @@ class _Registry:
     def info(self, key: tuple[str, str]) -> dict[str, Any]:
         return {"id": AGENT}
 
+    def session(self, key: tuple[str, str]) -> dict[str, Any]:
+        return self.cache.get(key)
+
 
 class _Connection:
     def __init__(self) -> None:

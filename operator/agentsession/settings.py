@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BeforeValidator, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, CliApp, NoDecode, SettingsConfigDict, SettingsError
 
 S = TypeVar("S", bound=BaseSettings)
@@ -43,6 +43,19 @@ StrList = Annotated[list[str], NoDecode, BeforeValidator(_split)]
 IntList = Annotated[list[int], NoDecode, BeforeValidator(_split)]
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)]
 LogFormat = Literal["text", "json"]
+
+
+class WatchingSettings(BaseSettings):
+    """The settings of a program that keeps watches of the API server open (the gateway, the egress proxy)."""
+
+    watch_inactivity_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a watch may send nothing, not even a bookmark, before it is reopened.",
+    )
+    watch_server_timeout: int = Field(
+        default=300, ge=1, description="Seconds the API server keeps each watch open before it is renewed."
+    )
 
 
 def settings_config(

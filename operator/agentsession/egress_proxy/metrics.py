@@ -4,19 +4,15 @@ a price-table pattern or "other" for the model, never a session's name or a host
 from __future__ import annotations
 
 from prometheus_client import (
-    GC_COLLECTOR,
-    PLATFORM_COLLECTOR,
-    PROCESS_COLLECTOR,
-    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
 )
 
-REGISTRY = CollectorRegistry(auto_describe=True)
-for _collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
-    REGISTRY.register(_collector)
+from agentsession.process_metrics import process_registry
+
+REGISTRY = process_registry()
 
 REQUESTS = Counter(
     "agentsession_egress_requests_total",

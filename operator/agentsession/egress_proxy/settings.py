@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Final
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings
 
 from agentsession.api.egress import HOST_PATTERN, Budget
-from agentsession.settings import IntList, LogFormat, LogLevel, StrList, load, settings_config
+from agentsession.settings import (
+    IntList,
+    LogFormat,
+    LogLevel,
+    StrList,
+    WatchingSettings,
+    load,
+    settings_config,
+)
 
 PROG: Final = "agentsession-egress-proxy"
 # What an agent's model API request may carry: Claude Code sends its whole conversation, tools and system prompt.
@@ -33,7 +40,7 @@ def parse_resolve(entry: str) -> tuple[str, str, int]:
     return match["host"].lower().rstrip("."), address, port
 
 
-class ProxySettings(BaseSettings):
+class ProxySettings(WatchingSettings):
     """The egress proxy of AgentSession pods: model calls with the real key put in, an allowlist for the rest."""
 
     model_config = settings_config(PROG, "AGENTSESSION_EGRESS_")
@@ -106,14 +113,6 @@ class ProxySettings(BaseSettings):
         default=600.0,
         gt=0,
         description="Seconds an upstream may stay silent mid-answer before it is dropped.",
-    )
-    watch_inactivity_timeout: float = Field(
-        default=60.0,
-        gt=0,
-        description="Seconds a watch may send nothing, not even a bookmark, before it is reopened.",
-    )
-    watch_server_timeout: int = Field(
-        default=300, ge=1, description="Seconds the API server keeps each watch open before it is renewed."
     )
     log_format: LogFormat = Field(default="text", description="`text` or `json` (one object per line).")
     log_level: LogLevel = Field(default="INFO", description="Least severe level logged.")

@@ -7,15 +7,14 @@ from pathlib import Path
 from typing import Self
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings
 
 from agentsession.gateway.connection import QUEUE_BYTES, REQUEST_BYTES
 from agentsession.gateway.origin import is_loopback, normalize_origin
 from agentsession.gateway.upstream import SHELL_INPUT_BYTES, SHELL_QUEUE_BYTES
-from agentsession.settings import LogFormat, LogLevel, StrList, load, settings_config
+from agentsession.settings import LogFormat, LogLevel, StrList, WatchingSettings, load, settings_config
 
 
-class GatewayConfig(BaseSettings):
+class GatewayConfig(WatchingSettings):
     """WebSocket gateway for AgentSessions: readiness, lazy initialization, history, live updates."""
 
     model_config = settings_config(
@@ -128,14 +127,6 @@ class GatewayConfig(BaseSettings):
     token_audiences: StrList = Field(
         default_factory=list,
         description="Audiences a client's token must be valid for; empty: the API server's own.",
-    )
-    watch_inactivity_timeout: float = Field(
-        default=60.0,
-        gt=0,
-        description="Seconds a watch may send nothing, not even a bookmark, before it is reopened.",
-    )
-    watch_server_timeout: int = Field(
-        default=300, ge=1, description="Seconds the API server keeps each watch open before it is renewed."
     )
     agentctl_host_override: str | None = Field(
         default=None, description="Reach every agentctl at this host instead of its pod IP (local testing)."

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from prometheus_client import (
-    GC_COLLECTOR,
-    PLATFORM_COLLECTOR,
-    PROCESS_COLLECTOR,
-    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
 )
 
-REGISTRY = CollectorRegistry(auto_describe=True)
-# The process's memory, CPU, file descriptors and Python's GC, as the operator exports them on the default registry.
-for _collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
-    REGISTRY.register(_collector)
+from agentsession.process_metrics import process_registry
+
+REGISTRY = process_registry()
 
 CONNECTIONS = Gauge(
     "agentsession_gateway_connections", "Open client WebSocket connections", ["dialect"], registry=REGISTRY

@@ -35,6 +35,7 @@ from agentsession.api.egress import PHANTOM_DIGEST_ANNOTATION, PHANTOM_PREFIX, p
 from tests.chart.conftest import CHART, run_helm
 from tests.conftest import _unavailable, image_present, installed_tool, wait_until
 from tests.integration.conftest import fresh_namespace
+from tests.support.chart import Cluster
 from tests.support.kube import Sessions
 from tests.support.tls import Authority
 
@@ -103,17 +104,10 @@ class Release:
     name: str
     namespace: str
     tenants: tuple[str, str]
-    kubectl: str
-    kubeconfig: str
+    cluster: Cluster
 
-    def k(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [self.kubectl, "--kubeconfig", self.kubeconfig, *args],
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
-        if check and proc.returncode != 0:
-            pytest.fail(f"kubectl {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}", pytrace=False)
-        return proc
+    def k(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.cluster.run(*args, check=check)
 
     def exec(self, namespace: str, pod: str, script: str, container: str = AGENT_CONTAINER) -> str:
         done = self.k("-n", namespace, "exec", pod, "-c", container, "--", "sh", "-c", script, check=False)
@@ -201,7 +195,7 @@ def release(
     namespace, a, b = (
         stack.enter_context(namespace_of(kube_api, f"egress-{part}")) for part in ("rel", "a", "b")
     )
-    rel = Release(f"eg-{uuid.uuid4().hex[:6]}", namespace, (a, b), kubectl, kubeconfig)
+    rel = Release(f"eg-{uuid.uuid4().hex[:6]}", namespace, (a, b), Cluster(kubectl, kubeconfig))
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "world-ca"},
                                                   "data": {"ca.crt": world.ca.read_text()}})  # fmt: skip
     for tenant in (a, b):

@@ -8,18 +8,15 @@ and pods built for an address that is gone are replaced (their pod hash names th
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from collections.abc import Callable
 from typing import Final
 
 from agentsession.api.manifest import Manifest
 from agentsession.controller.config import EgressProxy
 from agentsession.kube.client import Kube
-from agentsession.kube.errors import Gone
+from agentsession.kube.informer import Informer
 from agentsession.kube.resources import SERVICES
-from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 WATCH_SERVER_TIMEOUT_SECONDS: Final = 300
@@ -45,12 +42,18 @@ class ProxyAddress:
         on_change: Callable[[str | None], None],
         backoff_max: float = BACKOFF_MAX_SECONDS,
     ) -> None:
-        self._kube = kube
         self._proxy = proxy
         self._on_change = on_change
-        self._backoff_max = backoff_max
         self._address: str | None = None
-        self._tasks = Supervisor("egress proxy Service watch", log)
+        self._informer = Informer(
+            kube,
+            SERVICES,
+            self._apply,
+            [proxy.service_namespace],
+            inactivity_timeout=WATCH_INACTIVITY_SECONDS,
+            server_timeout=WATCH_SERVER_TIMEOUT_SECONDS,
+            backoff_max=backoff_max,
+        )
 
     @property
     def address(self) -> str | None:
@@ -59,60 +62,15 @@ class ProxyAddress:
     async def start(self) -> None:
         """Reads the Service (an API server that does not answer raises: the operator does not start blind),
         then watches it in the background."""
-        version = await self._list()
-        self._tasks.spawn(self._run(version), f"{self._proxy.service_namespace}/{self._proxy.service_name}")
+        await self._informer.sync()
+        self._informer.start()
 
     async def stop(self) -> None:
-        await self._tasks.close()
+        await self._informer.stop()
 
-    async def _list(self) -> str:
-        proxy = self._proxy
-        listing = await self._kube.list(
-            SERVICES, proxy.service_namespace, field_selector=f"metadata.name={proxy.service_name}"
-        )
-        self._set(cluster_ip(next(iter(listing.items), None)))
-        return listing.resource_version
-
-    async def _run(self, version: str | None) -> None:
-        failures = 0
-        while True:
-            try:
-                if version is None:
-                    version = await self._list()
-                version = await self._watch(version)
-                failures = 0
-            except asyncio.CancelledError:
-                raise
-            except Gone:
-                version = None
-            except Exception as error:
-                failures += 1
-                delay = min(self._backoff_max, 0.2 * 2 ** min(failures, 8)) * random.uniform(0.5, 1.0)
-                log.warning(
-                    "watch of the egress proxy's Service failed (%s); retrying in %.1fs", error, delay
-                )
-                await asyncio.sleep(delay)
-                # What changed meanwhile is read again, not assumed.
-                version = None
-
-    async def _watch(self, version: str) -> str:
-        events = self._kube.watch(
-            SERVICES,
-            self._proxy.service_namespace,
-            resource_version=version,
-            timeout_seconds=WATCH_SERVER_TIMEOUT_SECONDS,
-            inactivity_timeout=WATCH_INACTIVITY_SECONDS,
-        )
-        async for event in events:
-            obj = event.object
-            version = (obj.get("metadata") or {}).get("resourceVersion") or version
-            if (
-                event.type == "BOOKMARK"
-                or (obj.get("metadata") or {}).get("name") != self._proxy.service_name
-            ):
-                continue
-            self._set(None if event.type == "DELETED" else cluster_ip(obj))
-        return version
+    def _apply(self, kind: str, service: Manifest) -> None:
+        if (service.get("metadata") or {}).get("name") == self._proxy.service_name:
+            self._set(None if kind == "DELETED" else cluster_ip(service))
 
     def _set(self, address: str | None) -> None:
         if address == self._address:

@@ -45,6 +45,7 @@ class Informer:
         inactivity_timeout: float = 60.0,
         server_timeout: int = 300,
         backoff_max: float = 15.0,
+        on_failure: Callable[[], None] | None = None,
     ) -> None:
         self._kube = kube
         self._resource = resource
@@ -57,6 +58,9 @@ class Informer:
         self._known: dict[Key, Manifest] = {}  # key -> the object's metadata only, for DELETED after a relist
         self._synced = {ns: asyncio.Event() for ns in self._namespaces}
         self._tasks = Supervisor(f"{resource.kind} watch", log)
+        self._on_failure = on_failure
+        # Per namespace, the resourceVersion to watch from: set by `sync`, so `start` does not list again.
+        self._versions: dict[str | None, str | None] = dict.fromkeys(self._namespaces)
         self.restarts = 0
 
     @property
@@ -67,6 +71,13 @@ class Informer:
         for event in self._synced.values():
             await event.wait()
 
+    async def sync(self) -> None:
+        """Lists now, raising what the API server answers, for a caller that must not start blind; `start` then
+        watches from these lists."""
+        for namespace in self._namespaces:
+            self._versions[namespace] = await self._list(namespace)
+            self._synced[namespace].set()
+
     def start(self) -> None:
         for namespace in self._namespaces:
             self._tasks.spawn(self._run(namespace), namespace or "all namespaces")
@@ -75,7 +86,7 @@ class Informer:
         await self._tasks.close()
 
     async def _run(self, namespace: str | None) -> None:
-        version: str | None = None
+        version = self._versions[namespace]
         failures = 0
         while True:
             try:
@@ -92,6 +103,8 @@ class Informer:
             except Exception as error:
                 failures += 1
                 self.restarts += 1
+                if self._on_failure is not None:
+                    self._on_failure()
                 delay = min(self._backoff_max, BACKOFF_FIRST * 2 ** min(failures, 8)) * random.uniform(
                     0.5, 1.0
                 )

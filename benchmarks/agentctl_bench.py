@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from agentsession.agentctl_auth import INSTANCE_HEADER, authorization
+from agentsession.contract.auth import INSTANCE_HEADER, authorization
 
 TOKEN = "bench-token"
 

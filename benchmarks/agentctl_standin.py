@@ -2,8 +2,8 @@
 
 Pods on simulated (kwok) nodes run no containers, yet the operator starts ACP through agentctl, and the gateway
 follows each agent's journal. With the operator's and the gateway's `agentctl_host_override` (and port) pointing
-here, every session's agentctl is this process. It answers the routes its clients use (`agentsession.agentctl_routes`,
-bodies from `agentsession.agentctl_api`) with plausible replies: a session is known by the key id of the token its
+here, every session's agentctl is this process. It answers the routes its clients use (`agentsession.contract.routes`,
+bodies from `agentsession.contract.wire`) with plausible replies: a session is known by the key id of the token its
 requests are signed with (any well-formed signature is accepted; the stand-in knows no token), `start` is
 idempotent per session, the agent is always idle, and the update stream stays open with nothing to say. The journal
 is empty, or with `--journal-entries N --entry-bytes B` holds N made-up agent messages of about B bytes each (the
@@ -29,23 +29,9 @@ from aiohttp import WSMsgType, web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
-from agentsession.agentctl_api import (
-    HISTORY_PAGE_BYTES,
-    HISTORY_PAGE_ENTRIES,
-    AcpActivity,
-    AgentIdentity,
-    DrainBody,
-    DrainResponse,
-    ErrorResponse,
-    HistoryResponse,
-    PermissionsResponse,
-    SessionMode,
-    StartRequest,
-    StartResponse,
-    StatusResponse,
-)
-from agentsession.agentctl_auth import INSTANCE_HEADER, BadHeader, parse
-from agentsession.agentctl_routes import (
+from agentsession.api.acp import AgentIdentity, SessionMode
+from agentsession.contract.auth import INSTANCE_HEADER, BadHeader, parse
+from agentsession.contract.routes import (
     AGENT_HEALTH,
     DRAIN,
     HEALTH,
@@ -55,6 +41,19 @@ from agentsession.agentctl_routes import (
     STATUS,
     UPDATES,
     Route,
+)
+from agentsession.contract.wire import (
+    HISTORY_PAGE_BYTES,
+    HISTORY_PAGE_ENTRIES,
+    AcpActivity,
+    DrainBody,
+    DrainResponse,
+    ErrorResponse,
+    HistoryResponse,
+    PermissionsResponse,
+    StartRequest,
+    StartResponse,
+    StatusResponse,
 )
 
 STATS_PATH = "/standin/stats"

@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from agentsession.agentctl_api import TOKEN_ENV
+from agentsession.contract.wire import TOKEN_ENV
 
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import websockets
 
-from agentsession.agentctl_auth import INSTANCE_HEADER, authorization
+from agentsession.contract.auth import INSTANCE_HEADER, authorization
 
 VENV_BIN = Path(sys.executable).parent
 TOKEN = "component-test-token"

@@ -16,7 +16,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from agentsession.agentctl_api import ENTRY_MAX_BYTES, JournalEntry, StartRequest
 from agentsession.agentctl_client import AgentctlApi, AgentctlClient, AgentctlError
 from agentsession.agentctl_client.fake import (
     PERMISSION_OPTIONS,
@@ -24,7 +23,8 @@ from agentsession.agentctl_client.fake import (
     FakeAgentctlConnector,
     FakeTurn,
 )
-from agentsession.agentctl_routes import HISTORY, START, STATUS
+from agentsession.contract.routes import HISTORY, START, STATUS
+from agentsession.contract.wire import ENTRY_MAX_BYTES, JournalEntry, StartRequest
 from tests.support.processes import agentctl_process, free_port
 
 TOKEN = "contract-token"

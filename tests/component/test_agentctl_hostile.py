@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 import websockets
 
-from agentsession.agentctl_auth import authorization
+from agentsession.contract.auth import authorization
 from agentsession.demo_agent.agent import ODD_UPDATES
 from tests.component.conftest import TOKEN, Agentctl, frames_until, update_kind, wait_until
 

@@ -17,8 +17,8 @@ from tests.conftest import wait_until
 from tests.support.kube import Sessions
 from tests.support.processes import OperatorProcess
 
-from agentsession.agentctl_api import JournalEntry, PendingPermission
 from agentsession.agentctl_client import AgentctlClient
+from agentsession.contract.wire import JournalEntry, PendingPermission
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet]
 

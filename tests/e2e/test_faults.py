@@ -40,9 +40,9 @@ from tests.support.kube import Sessions
 from tests.support.node_processes import agentctl_pid, container_processes
 from tests.support.processes import OperatorProcess
 
-from agentsession.agentctl_api import JournalEntry
 from agentsession.agentctl_client import AgentctlClient
 from agentsession.api.constants import GROUP, PLURAL, VERSION
+from agentsession.contract.wire import JournalEntry
 
 # The faults are made from the host: the local cluster only, whose node is this machine.
 pytestmark = [pytest.mark.cluster, pytest.mark.kubelet, pytest.mark.usefixtures("local_cluster")]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentsession.contract.live_state import LiveState
 from agentsession.gateway import commands as c
 from agentsession.gateway.auth import TTLCache
 from agentsession.gateway.connection import Connection
@@ -27,7 +28,6 @@ from agentsession.gateway.lifecycle_dialect import LifecycleCodec
 from agentsession.gateway.status import (
     AGENT_INFO_FIELDS,
     CLUSTER_STATE_FIELDS,
-    LiveState,
     agent_info,
     budget_state,
     cluster_state,

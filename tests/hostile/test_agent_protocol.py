@@ -25,7 +25,7 @@ from benchmarks.procfs import rss_bytes
 from agentsession.agentctl.agent_input import MAX_DEPTH
 from agentsession.agentctl.permissions import MAX_PENDING
 from agentsession.agentctl.transport import LINE_LIMIT
-from agentsession.agentctl_api import LABEL_MAX_CHARS, MODES_MAX
+from agentsession.api.acp import LABEL_MAX_CHARS, MODES_MAX
 from tests.component.conftest import Agentctl, child_env, wait_until
 
 Spawn = Callable[..., Awaitable[Agentctl]]

@@ -30,8 +30,8 @@ from benchmarks.procfs import rss_bytes
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentsession.agentctl.transport import LINE_LIMIT
-from agentsession.agentctl_api import ENTRY_MAX_BYTES, HISTORY_PAGE_BYTES, HISTORY_PAGE_ENTRIES, JournalEntry
 from agentsession.agentctl_client import AgentctlClient
+from agentsession.contract.wire import ENTRY_MAX_BYTES, HISTORY_PAGE_BYTES, HISTORY_PAGE_ENTRIES, JournalEntry
 from agentsession.controller.config import OperatorConfig
 from tests.component.conftest import Agentctl, frames_until, message_text, update_kind
 

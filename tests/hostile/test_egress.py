@@ -29,9 +29,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from agentsession.agentctl_api import AGENTCTL_PORT
 from agentsession.api.constants import AGENT_CONTAINER
 from agentsession.api.egress import PHANTOM_DIGEST_ANNOTATION, PHANTOM_PREFIX, phantom_digest
+from agentsession.contract.wire import AGENTCTL_PORT
 from tests.chart.conftest import CHART, run_helm
 from tests.conftest import _unavailable, image_present, installed_tool, wait_until
 from tests.integration.conftest import fresh_namespace

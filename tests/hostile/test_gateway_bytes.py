@@ -28,7 +28,7 @@ from benchmarks.agentctl_standin import Journal
 from benchmarks.agentctl_standin import build_app as standin_app
 from benchmarks.procfs import rss_bytes
 
-from agentsession.agentctl_api import HISTORY_PAGE_BYTES
+from agentsession.contract.wire import HISTORY_PAGE_BYTES
 from agentsession.gateway.upstream import SHELL_INPUT_BYTES, SHELL_QUEUE_BYTES
 from tests.component.conftest import Agentctl, wait_until
 from tests.component.test_gateway_fuzz import NS, session

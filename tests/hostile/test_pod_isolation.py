@@ -28,9 +28,9 @@ import aiohttp
 import pytest
 from kubernetes import client
 
-from agentsession.agentctl_api import HistoryResponse
 from agentsession.agentctl_client import AgentctlClient
 from agentsession.api.constants import AGENT_CONTAINER, AGENTCTL_CONTAINER
+from agentsession.contract.wire import HistoryResponse
 from tests.conftest import wait_until
 from tests.support.kube import Pools, Sessions
 from tests.support.processes import OperatorProcess, operator_process

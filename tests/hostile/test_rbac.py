@@ -17,10 +17,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agentsession.agentctl_api import StartRequest
-from agentsession.agentctl_auth import INSTANCE_HEADER, SCHEME, authorization
 from agentsession.agentctl_client import AgentctlClient, AgentctlError
 from agentsession.agentctl_client.signing import Instances
+from agentsession.contract.auth import INSTANCE_HEADER, SCHEME, authorization
+from agentsession.contract.wire import StartRequest
 from tests.component.conftest import Agentctl, free_port
 
 TOKEN = "hostile-rbac-token-" + secrets.token_hex(8)

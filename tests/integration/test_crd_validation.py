@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from agentsession.agentctl_api import (
+from agentsession.api.acp import (
     DESCRIPTION_MAX_CHARS,
     LABEL_MAX_CHARS,
     MODE_ID_MAX_CHARS,

@@ -6,8 +6,8 @@ import urllib.request
 
 import aiohttp
 
-from agentsession.agentctl_api import HEALTH_PATH
-from agentsession.agentctl_auth import INSTANCE_HEADER, authorization
+from agentsession.contract.auth import INSTANCE_HEADER, authorization
+from agentsession.contract.wire import HEALTH_PATH
 
 
 def instance_of(base: str) -> str:

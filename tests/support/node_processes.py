@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentsession.agentctl_api import TOKEN_ENV
+from agentsession.contract.wire import TOKEN_ENV
 
 PROC = Path("/proc")
 

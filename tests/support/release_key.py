@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from agentsession.agentctl_auth import TokenDeriver
+from agentsession.contract.auth import TokenDeriver
 
 KEY = b"agentsession-tests-release-key-not-secret-0123456789"
 token_of = TokenDeriver(KEY)

@@ -23,7 +23,7 @@ from agentsession.agentctl.acp_bridge import (
 from agentsession.agentctl.config import Config
 from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.services import Services
-from agentsession.agentctl_api import AgentState
+from agentsession.contract.wire import AgentState
 
 P = Phase
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from agentsession.agentctl_api import StartRequest
 from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector, FakeTurn
 from agentsession.api.constants import API_VERSION, KIND
+from agentsession.contract.wire import StartRequest
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.events import (
     AgentctlReady,

@@ -18,7 +18,7 @@ from agentsession.agentctl.permissions import (
     bounded_options,
     bounded_tool_call,
 )
-from agentsession.agentctl_api import (
+from agentsession.api.acp import (
     DESCRIPTION_MAX_CHARS,
     ELLIPSIS,
     LABEL_MAX_CHARS,
@@ -28,12 +28,12 @@ from agentsession.agentctl_api import (
     SESSION_ID_MAX_CHARS,
     AgentIdentity,
     SessionMode,
-    StartResponse,
     bounded_modes,
     config_option_modes,
 )
 from agentsession.api.crd import SESSION, crd_manifest
 from agentsession.api.models import AcpStatus, AgentSessionStatus
+from agentsession.contract.wire import StartResponse
 from agentsession.controller.status_mapper import AGENT_NOT_ANSWERING, Observation, map_status, start_due
 from tests.support.pod_bodies import CREATED, NOW, UID, pod_body
 

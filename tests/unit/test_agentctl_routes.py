@@ -12,8 +12,8 @@ from agentsession.agentctl.binding import Handlers, RouteTableError, register
 from agentsession.agentctl.config import parse_config
 from agentsession.agentctl.openapi import build_openapi
 from agentsession.agentctl.services import SERVICES
-from agentsession.agentctl_api import TOKEN_ENV
-from agentsession.agentctl_routes import HEALTH, ROUTES, STATUS, Route
+from agentsession.contract.routes import HEALTH, ROUTES, STATUS, Route
+from agentsession.contract.wire import TOKEN_ENV
 
 
 async def test_the_app_and_the_document_have_exactly_the_routes_of_the_table(

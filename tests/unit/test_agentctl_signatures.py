@@ -6,7 +6,7 @@ import pytest
 
 from agentsession.agentctl.authentication import Verifier
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl_auth import (
+from agentsession.contract.auth import (
     SCHEME,
     WINDOW_SECONDS,
     BadHeader,

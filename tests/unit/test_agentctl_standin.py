@@ -11,9 +11,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 from benchmarks.agentctl_standin import STATS_PATH, Journal, build_app
 
-from agentsession.agentctl_api import HISTORY_PAGE_BYTES, StartRequest
 from agentsession.agentctl_client import AgentctlClient
-from agentsession.agentctl_routes import STATUS
+from agentsession.contract.routes import STATUS
+from agentsession.contract.wire import HISTORY_PAGE_BYTES, StartRequest
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentsession.agentctl.entry_limit import encode, fit
-from agentsession.agentctl_api import ENTRY_MAX_BYTES, JournalEntry
+from agentsession.contract.wire import ENTRY_MAX_BYTES, JournalEntry
 
 LIMIT = 10_000
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agentsession.agentctl_api import StartRequest, StatusResponse
 from agentsession.agentctl_client import BAD_ANSWER, AgentctlError
 from agentsession.agentctl_client.fake import PERMISSION_OPTIONS, FakeAgentctl, FakeTurn
+from agentsession.contract.wire import StartRequest, StatusResponse
 from agentsession.gateway import commands as c
 from agentsession.gateway.commands import Command
 from agentsession.gateway.events import AgentUpdate, ErrorCode, Event, Failure, Reply, RequestError

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agentsession.agentctl_api import JournalEntry
 from agentsession.agentctl_client.fake import FakeAgentctl
+from agentsession.contract.wire import JournalEntry
 from agentsession.gateway import commands as c
 from agentsession.gateway.auth import DEV_IDENTITY
 from agentsession.gateway.codec import Codec

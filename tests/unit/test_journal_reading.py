@@ -15,7 +15,7 @@ import pytest
 
 from agentsession.agentctl import journal as journal_module
 from agentsession.agentctl.journal import Journal, Stored
-from agentsession.agentctl_api import ENTRY_MAX_BYTES, JournalEntry
+from agentsession.contract.wire import ENTRY_MAX_BYTES, JournalEntry
 
 LOGGER = "agentsession.agentctl.journal"
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from agentsession.agentctl_api import MODES_MAX, MODES_MAX_BYTES, SessionMode
 from agentsession.agentctl_client import AgentctlError
 from agentsession.agentctl_client.fake import (
     PERMISSION_OPTIONS,
@@ -19,6 +18,7 @@ from agentsession.agentctl_client.fake import (
     FakeAgentctlConnector,
     FakeTurn,
 )
+from agentsession.api.acp import MODES_MAX, MODES_MAX_BYTES, SessionMode
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
 from agentsession.api.models import AgentSessionSpec
 from agentsession.controller.config import AgentProfile, OperatorConfig

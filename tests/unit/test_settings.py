@@ -12,9 +12,9 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from agentsession.agentctl.config import AgentctlSettings, ConfigError, parse_config
-from agentsession.agentctl_api import TOKEN_ENV
 from agentsession.api.egress import Budget
 from agentsession.api.models import CABundleSource
+from agentsession.contract.wire import TOKEN_ENV
 from agentsession.controller.config import (
     AgentctlNetworkPolicy,
     AgentProfile,

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from agentsession.agentctl.journal import Journal
-from agentsession.agentctl_api import StatusResponse, config_option_modes, mode_config_option
+from agentsession.api.acp import config_option_modes, mode_config_option
 from agentsession.api.models import AgentSessionStatus, Condition
+from agentsession.contract.wire import StatusResponse
 from agentsession.controller.durations import parse_duration
 from agentsession.controller.idle import seconds_until_idle
 from agentsession.controller.transitions import status_events

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agentsession.agentctl_api import DrainResponse
 from agentsession.api.models import AgentSessionStatus, Condition, StartupTimings
+from agentsession.contract.wire import DrainResponse
 from agentsession.controller.transitions import EventRecord, drain_event, status_events
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

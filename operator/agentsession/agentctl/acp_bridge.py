@@ -46,17 +46,16 @@ from agentsession.agentctl.metrics import Metrics
 from agentsession.agentctl.permissions import CANCELLED, PermissionBroker, TooManyPending
 from agentsession.agentctl.session_store import SessionStore
 from agentsession.agentctl.transport import AgentTransport
-from agentsession.agentctl_api import (
+from agentsession.api.acp import (
     SESSION_ID_MAX_CHARS,
     AgentIdentity,
-    AgentState,
-    StartRequest,
-    StartResponse,
     bounded_id,
     bounded_modes,
     config_option_modes,
     mode_config_option,
 )
+from agentsession.contract.live_state import mode_after
+from agentsession.contract.wire import AgentState, StartRequest, StartResponse
 from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
@@ -400,10 +399,10 @@ class AgentBridge:
             SessionNotification.model_validate(params)
         except ValidationError as exc:
             self._warn_invalid(kind[:KIND_MAX_CHARS], exc)
-        if kind == "current_mode_update" and bounded_id(update.get("currentModeId")) is not None:
-            self.acp.current_mode_id = update["currentModeId"]
-        elif kind == "config_option_update":
+        if kind == "config_option_update":
+            # The option's values are the modes on offer as well.
             self.acp.set_modes(None, update.get("configOptions"))
+        self.acp.current_mode_id = mode_after(update, self.acp.current_mode_id)
         if self.acp.current_mode_id not in (None, self.store.record.mode_id):
             # A mode the agent chose itself is the one to restore on resume, not the last one agentctl set.
             self.store.record.mode_id = self.acp.current_mode_id

@@ -1,4 +1,4 @@
-"""The aiohttp application of agentctl: the handlers of every route of `agentsession.agentctl_routes`."""
+"""The aiohttp application of agentctl: the handlers of every route of `agentsession.contract.routes`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from agentsession.agentctl.middleware import OPEN_PATHS, Handler, announce_insta
 from agentsession.agentctl.openapi import build_openapi
 from agentsession.agentctl.services import SERVICES, Services, preload_acp
 from agentsession.agentctl.transport_fifo import FifoTransport
-from agentsession.agentctl_routes import OPENAPI
+from agentsession.contract.routes import OPENAPI
 
 
 async def prepare_agent(svc: Services) -> None:

@@ -1,4 +1,4 @@
-"""agentctl's side of request signatures (`agentsession.agentctl_auth`): who may call it, checked per request.
+"""agentctl's side of request signatures (`agentsession.contract.auth`): who may call it, checked per request.
 
 A request is accepted when its signature names this process's instance id and this token's key id, was made
 within WINDOW_SECONDS of agentctl's clock, matches (compared in constant time), and carries a nonce not seen
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Final
 
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl_auth import (
+from agentsession.contract.auth import (
     INSTANCE_HEADER,
     SCHEME,
     VERSION,

@@ -1,4 +1,4 @@
-"""Handlers bound to the route table of `agentsession.agentctl_routes`, and their registration on the app.
+"""Handlers bound to the route table of `agentsession.contract.routes`, and their registration on the app.
 
 A handler names the route it serves; `register` adds exactly the table's routes and refuses to build an app
 where a route has no handler or a handler serves no route of the table.
@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from agentsession.agentctl_routes import ROUTES, Route
+from agentsession.contract.routes import ROUTES, Route
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 H = TypeVar("H", bound=Handler)

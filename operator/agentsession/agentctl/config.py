@@ -13,8 +13,8 @@ from typing import Self
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings
 
-from agentsession.agentctl_api import AGENTCTL_PORT, TOKEN_ENV
 from agentsession.api.constants import DEFAULT_DRAIN_SECONDS
+from agentsession.contract.wire import AGENTCTL_PORT, TOKEN_ENV
 from agentsession.settings import LogFormat, LogLevel, load, settings_config
 
 DEFAULT_AGENT_COMMAND = "agentsession-demo-agent"

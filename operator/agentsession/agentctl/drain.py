@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.events import EventHub
-from agentsession.agentctl_api import DrainResponse
 from agentsession.api.constants import STOP_REQUEST_FILE, STOPPED_FILE
+from agentsession.contract.wire import DrainResponse
 
 if TYPE_CHECKING:
     from agentsession.agentctl.acp_bridge import AgentBridge

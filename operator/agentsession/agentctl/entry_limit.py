@@ -15,7 +15,7 @@ import itertools
 import json
 from typing import Any
 
-from agentsession.agentctl_api import ENTRY_MAX_BYTES
+from agentsession.contract.wire import ENTRY_MAX_BYTES
 
 Entry = dict[str, Any]
 

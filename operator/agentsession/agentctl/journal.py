@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, get_args
 
 from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.entry_limit import Entry, encode, fit
-from agentsession.agentctl_api import ENTRY_MAX_BYTES, EntryKind
+from agentsession.contract.wire import ENTRY_MAX_BYTES, EntryKind
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from agentsession.agentctl.authentication import Verifier
 from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.http_common import dumps
 from agentsession.agentctl.metrics import Metrics
-from agentsession.agentctl_api import ErrorResponse
-from agentsession.agentctl_auth import INSTANCE_HEADER, SCHEME
-from agentsession.agentctl_routes import ROUTES
+from agentsession.contract.auth import INSTANCE_HEADER, SCHEME
+from agentsession.contract.routes import ROUTES
+from agentsession.contract.wire import ErrorResponse
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentsession.agentctl import __version__
-from agentsession.agentctl_api import ErrorResponse, JournalEntry
-from agentsession.agentctl_auth import INSTANCE_HEADER, SCHEME, VERSION, WINDOW_SECONDS
-from agentsession.agentctl_routes import ROUTES, QueryParam, Route
+from agentsession.contract.auth import INSTANCE_HEADER, SCHEME, VERSION, WINDOW_SECONDS
+from agentsession.contract.routes import ROUTES, QueryParam, Route
+from agentsession.contract.wire import ErrorResponse, JournalEntry
 
 REF = "#/components/schemas/{model}"
 SIGNATURE_SCHEME = {

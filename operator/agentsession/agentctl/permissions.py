@@ -13,13 +13,8 @@ from typing import Any
 from agentsession.agentctl.clock import format_ts
 from agentsession.agentctl.events import EventHub
 from agentsession.agentctl.metrics import Metrics
-from agentsession.agentctl_api import (
-    LABEL_MAX_CHARS,
-    MODE_ID_MAX_CHARS,
-    SESSION_ID_MAX_CHARS,
-    PendingPermission,
-    cut_text,
-)
+from agentsession.api.acp import LABEL_MAX_CHARS, MODE_ID_MAX_CHARS, SESSION_ID_MAX_CHARS, cut_text
+from agentsession.contract.wire import PendingPermission
 
 PERMISSION_KINDS = frozenset({"permission_request", "permission_resolved"})
 

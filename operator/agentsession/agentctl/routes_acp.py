@@ -9,7 +9,8 @@ from aiohttp import web
 from agentsession.agentctl.binding import Handlers
 from agentsession.agentctl.http_common import json_ok, parse_body
 from agentsession.agentctl.services import services
-from agentsession.agentctl_api import (
+from agentsession.contract.routes import CANCEL, DRAIN, INITIALIZE, MODE, PROMPT, SESSION_LOAD, SESSION_NEW
+from agentsession.contract.wire import (
     CancelBody,
     DrainBody,
     InitializeBody,
@@ -18,7 +19,6 @@ from agentsession.agentctl_api import (
     SessionLoadBody,
     SessionNewBody,
 )
-from agentsession.agentctl_routes import CANCEL, DRAIN, INITIALIZE, MODE, PROMPT, SESSION_LOAD, SESSION_NEW
 
 handlers = Handlers()
 

@@ -14,8 +14,7 @@ from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.http_common import dumps, json_ok, parse_body, query_int
 from agentsession.agentctl.metrics import CONTENT_TYPE_LATEST
 from agentsession.agentctl.services import services
-from agentsession.agentctl_api import HISTORY_PAGE_BYTES, HISTORY_PAGE_ENTRIES, StartRequest
-from agentsession.agentctl_routes import (
+from agentsession.contract.routes import (
     AGENT_HEALTH,
     HEALTH,
     HISTORY,
@@ -26,6 +25,7 @@ from agentsession.agentctl_routes import (
     STATUS,
     STOP,
 )
+from agentsession.contract.wire import HISTORY_PAGE_BYTES, HISTORY_PAGE_ENTRIES, StartRequest
 
 handlers = Handlers()
 

@@ -9,8 +9,8 @@ from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.http_common import json_ok, parse_body
 from agentsession.agentctl.permissions import InvalidOption, UnknownPending
 from agentsession.agentctl.services import services
-from agentsession.agentctl_api import PermissionRespondBody
-from agentsession.agentctl_routes import PERMISSION_RESPOND, PERMISSIONS
+from agentsession.contract.routes import PERMISSION_RESPOND, PERMISSIONS
+from agentsession.contract.wire import PermissionRespondBody
 
 handlers = Handlers()
 

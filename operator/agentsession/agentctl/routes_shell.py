@@ -12,7 +12,7 @@ from agentsession.agentctl.http_common import json_ok
 from agentsession.agentctl.services import services
 from agentsession.agentctl.shell import ShellSession
 from agentsession.agentctl.ws_common import accept, client_frames, send, send_error
-from agentsession.agentctl_routes import SHELL_BUFFER, SHELL_STATUS, SHELL_STREAM
+from agentsession.contract.routes import SHELL_BUFFER, SHELL_STATUS, SHELL_STREAM
 
 handlers = Handlers()
 

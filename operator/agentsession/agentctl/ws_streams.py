@@ -18,7 +18,7 @@ from agentsession.agentctl.http_common import query_int
 from agentsession.agentctl.permissions import PERMISSION_KINDS
 from agentsession.agentctl.services import Services, services
 from agentsession.agentctl.ws_common import accept, client_frames, send, send_error
-from agentsession.agentctl_routes import PERMISSION_STREAM, UPDATES
+from agentsession.contract.routes import PERMISSION_STREAM, UPDATES
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """agentctl's API as its clients (the operator, the gateway) call it: typed calls, typed streams, one error.
 
-Paths, methods and query names come from the route table (`agentsession.agentctl_routes`) and answers are
-parsed into the contract's models (`agentsession.agentctl_api`), so this client and the server cannot drift.
+Paths, methods and query names come from the route table (`agentsession.contract.routes`) and answers are
+parsed into the contract's models (`agentsession.contract.wire`), so this client and the server cannot drift.
 Callers depend on the `AgentctlApi` protocol; `FakeAgentctl` implements it in memory for unit tests.
 
 What answers is not trusted to be small: agentctl's image may be the tenant's. Every answer is read up to a cap
@@ -21,7 +21,24 @@ from urllib.parse import urlencode
 import aiohttp
 from pydantic import BaseModel, ValidationError
 
-from agentsession.agentctl_api import (
+from agentsession.agentctl_client.signing import Instances, Signer
+from agentsession.contract.routes import (
+    CANCEL,
+    DRAIN,
+    HISTORY,
+    MODE,
+    PERMISSION_RESPOND,
+    PERMISSIONS,
+    PROMPT,
+    SHELL_BUFFER,
+    SHELL_STATUS,
+    SHELL_STREAM,
+    START,
+    STATUS,
+    UPDATES,
+    Route,
+)
+from agentsession.contract.wire import (
     ENTRY_MAX_BYTES,
     HISTORY_PAGE_BYTES,
     CancelBody,
@@ -44,23 +61,6 @@ from agentsession.agentctl_api import (
     StartRequest,
     StartResponse,
     StatusResponse,
-)
-from agentsession.agentctl_client.signing import Instances, Signer
-from agentsession.agentctl_routes import (
-    CANCEL,
-    DRAIN,
-    HISTORY,
-    MODE,
-    PERMISSION_RESPOND,
-    PERMISSIONS,
-    PROMPT,
-    SHELL_BUFFER,
-    SHELL_STATUS,
-    SHELL_STREAM,
-    START,
-    STATUS,
-    UPDATES,
-    Route,
 )
 
 # Error codes of failures agentctl did not describe itself.
@@ -200,7 +200,7 @@ class AgentctlClient:
         self._http = http
         self.endpoint = endpoint.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout)
-        # Requests are signed, never carry the token: see agentsession.agentctl_auth.
+        # Requests are signed, never carry the token: see agentsession.contract.auth.
         self._signer = Signer(http, self.endpoint, token, instances or Instances(), self._timeout)
         self._on_call = on_call
 

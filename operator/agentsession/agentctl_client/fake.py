@@ -19,30 +19,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentsession.agentctl.entry_limit import fit
-from agentsession.agentctl_api import (
-    HISTORY_PAGE_BYTES,
-    HISTORY_PAGE_ENTRIES,
-    AcpActivity,
-    AgentIdentity,
-    CancelResponse,
-    DrainResponse,
-    HistoryResponse,
-    JournalEntry,
-    ModeResponse,
-    PendingPermission,
-    PermissionRespondResponse,
-    PermissionsResponse,
-    PromptAccepted,
-    SessionMode,
-    ShellBufferResponse,
-    ShellFrame,
-    ShellStatusResponse,
-    StartRequest,
-    StartResponse,
-    StatusResponse,
-)
 from agentsession.agentctl_client.client import AgentctlApi, AgentctlError
-from agentsession.agentctl_routes import (
+from agentsession.api.acp import AgentIdentity, SessionMode
+from agentsession.contract.routes import (
     CANCEL,
     DRAIN,
     HISTORY,
@@ -57,6 +36,26 @@ from agentsession.agentctl_routes import (
     STATUS,
     UPDATES,
     Route,
+)
+from agentsession.contract.wire import (
+    HISTORY_PAGE_BYTES,
+    HISTORY_PAGE_ENTRIES,
+    AcpActivity,
+    CancelResponse,
+    DrainResponse,
+    HistoryResponse,
+    JournalEntry,
+    ModeResponse,
+    PendingPermission,
+    PermissionRespondResponse,
+    PermissionsResponse,
+    PromptAccepted,
+    ShellBufferResponse,
+    ShellFrame,
+    ShellStatusResponse,
+    StartRequest,
+    StartResponse,
+    StatusResponse,
 )
 
 SHELL_BUFFER_BYTES = 16 * 1024

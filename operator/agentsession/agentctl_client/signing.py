@@ -1,4 +1,4 @@
-"""The client's side of request signatures (`agentsession.agentctl_auth`): what each request to agentctl carries.
+"""The client's side of request signatures (`agentsession.contract.auth`): what each request to agentctl carries.
 
 A signature names the agentctl instance it is for, which agentctl sends on every answer. The client learns it
 from `GET /health` (open) the first time, keeps it per endpoint, and learns the new one from the refusal when
@@ -14,8 +14,8 @@ from typing import Final
 import aiohttp
 from yarl import URL
 
-from agentsession.agentctl_api import HEALTH_PATH
-from agentsession.agentctl_auth import INSTANCE_HEADER, authorization, valid_instance
+from agentsession.contract.auth import INSTANCE_HEADER, authorization, valid_instance
+from agentsession.contract.wire import HEALTH_PATH
 
 # Endpoints whose instance one connector remembers: more than the pods one operator or gateway talks to at once.
 INSTANCES_KEPT: Final = 16384

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from agentsession.agentctl_api import AgentIdentity, CurrentModeId, Modes, SessionId
+from agentsession.api.acp import AgentIdentity, CurrentModeId, Modes, SessionId
 from agentsession.api.egress import Budget, NetworkSpec, Usage
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

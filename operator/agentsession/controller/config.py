@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings
 
-from agentsession.agentctl_api import AGENTCTL_PORT
 from agentsession.api.egress import HOST_PATTERN, Budget
 from agentsession.api.models import CABundleSource, ObjectName
+from agentsession.contract.wire import AGENTCTL_PORT
 from agentsession.settings import LogFormat, LogLevel, StrList, settings_config
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from agentsession.agentctl_api import StartRequest, StatusResponse
 from agentsession.api.egress import BUDGET_CONDITION, Budget, effective_budget, exhausted
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, AgentSessionStatus, StartupTimings
 from agentsession.api.session_ref import SessionRef
+from agentsession.contract.wire import StartRequest, StatusResponse
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.durations import parse_duration
 from agentsession.controller.idle import seconds_until_idle

@@ -16,7 +16,6 @@ from typing import Any
 import aiohttp
 import kopf
 
-from agentsession.agentctl_auth import TokenDeriver, read_key
 from agentsession.agentctl_client import http_connector
 from agentsession.api.constants import (
     GROUP,
@@ -28,6 +27,7 @@ from agentsession.api.constants import (
     POOL_PLURAL,
     VERSION,
 )
+from agentsession.contract.auth import TokenDeriver, read_key
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.egress_address import ProxyAddress

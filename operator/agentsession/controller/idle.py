@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from agentsession.agentctl_api import StatusResponse
+from agentsession.contract.wire import StatusResponse
 
 
 def seconds_until_idle(timeout_seconds: float, status: StatusResponse, now: datetime) -> float:

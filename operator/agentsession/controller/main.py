@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agentsession.agentctl_auth import require_key
+from agentsession.contract.auth import require_key
 from agentsession.controller import (
     handlers,  # noqa: F401  (importing registers the handlers)
     metrics,

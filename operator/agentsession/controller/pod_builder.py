@@ -22,7 +22,6 @@ from decimal import Decimal
 
 from kubernetes.utils.quantity import parse_quantity
 
-from agentsession.agentctl_api import AGENT_HEALTH_PATH, AGENT_HEALTH_WAIT, HEALTH_PATH, TOKEN_ENV
 from agentsession.api.constants import (
     AGENT_CONTAINER,
     AGENTCTL_CONTAINER,
@@ -51,6 +50,7 @@ from agentsession.api.egress import PHANTOM_DIGEST_ANNOTATION, PROVIDERS, phanto
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, CABundleSource, ResourceRequirements
 from agentsession.api.session_ref import SessionRef
+from agentsession.contract.wire import AGENT_HEALTH_PATH, AGENT_HEALTH_WAIT, HEALTH_PATH, TOKEN_ENV
 from agentsession.controller.config import (
     EPHEMERAL_STORAGE,
     AgentProfile,

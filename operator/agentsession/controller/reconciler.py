@@ -82,7 +82,7 @@ from agentsession.kube.views import ChildView, EventView, PodView, SessionView
 
 # The pods of a namespace that carry a label with a value, from the operator's watch (kopf's indexes).
 PodLookup = Callable[[str, str, str], list[Manifest]]
-# The agentctl token of the children named after a stem in a namespace (`agentctl_auth.TokenDeriver`).
+# The agentctl token of the children named after a stem in a namespace (`contract.auth.TokenDeriver`).
 TokenOf = Callable[[str, str], str]
 log = logging.getLogger(__name__)
 CLAIM_RETRY_SECONDS = 0.2

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentsession.agentctl_api import DrainResponse
 from agentsession.api.egress import BUDGET_CONDITION
 from agentsession.api.models import AgentSessionStatus
+from agentsession.contract.wire import DrainResponse
 from agentsession.controller.rejections import QUOTA_REASON
 from agentsession.controller.status_mapper import (
     EGRESS_PROXY_UNAVAILABLE,

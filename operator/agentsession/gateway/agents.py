@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from agentsession.agentctl_api import StatusResponse, mode_config_option
 from agentsession.agentctl_client import AgentctlApi, AgentctlConnector, AgentctlError
 from agentsession.api.manifest import Manifest
+from agentsession.contract.live_state import LiveState, after_entry
+from agentsession.contract.wire import StatusResponse
 from agentsession.gateway.codec import utf8_size
 from agentsession.gateway.events import (
     AgentctlReady,
@@ -28,7 +29,7 @@ from agentsession.gateway.events import (
     RequestError,
     ShellOutput,
 )
-from agentsession.gateway.status import LiveState, agent_id, agent_info, cluster_state
+from agentsession.gateway.status import agent_id, agent_info, cluster_state
 from agentsession.gateway.upstream import (
     SHELL_INPUT_BYTES,
     SHELL_QUEUE_BYTES,
@@ -343,26 +344,7 @@ class AgentRegistry:
         now = time.monotonic()
         kind = str(entry.get("kind", ""))
         notification = entry.get("notification") or {}
-        update = notification.get("update") or {}
-        live = rt.live
-        if kind == "session_update":
-            what = update.get("sessionUpdate")
-            if what == "user_message_chunk":
-                live = LiveState(live.agent_state or "running", True, live.last_error, live.current_mode_id)
-            elif what == "current_mode_update":
-                mode = update.get("currentModeId") or update.get("modeId")
-                live = LiveState(live.agent_state, live.turn_running, live.last_error, mode)
-            elif what == "config_option_update" and (
-                option := mode_config_option(update.get("configOptions"))
-            ):
-                mode = option.get("currentValue")
-                live = LiveState(live.agent_state, live.turn_running, live.last_error, mode)
-        elif kind == "turn_end":
-            live = LiveState(live.agent_state, False, live.last_error, live.current_mode_id)
-        elif kind == "agent_error":
-            live = LiveState(
-                "error", False, str(notification.get("message") or notification), live.current_mode_id
-            )
+        live = after_entry(rt.live, kind, notification)
         event = AgentUpdate(
             rt.id, int(entry["seq"]), str(entry.get("timestamp", "")), kind, notification, now
         )

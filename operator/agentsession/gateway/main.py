@@ -6,7 +6,7 @@ import logging
 
 from aiohttp import web
 
-from agentsession.agentctl_auth import require_key
+from agentsession.contract.auth import require_key
 from agentsession.gateway.config import parse_args
 from agentsession.gateway.server import build_app, close_all, serve_metrics
 from agentsession.logs import setup_logging

@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 from aiohttp import WSMessage, WSMsgType, web
 
-from agentsession.agentctl_auth import ReleaseKeyError, TokenDeriver, read_key
 from agentsession.agentctl_client import http_connector
+from agentsession.contract.auth import ReleaseKeyError, TokenDeriver, read_key
 from agentsession.gateway import console, metrics
 from agentsession.gateway.access_guard import guard
 from agentsession.gateway.agents import AgentRegistry

@@ -6,11 +6,11 @@ what the agent's own agentctl reports), which is what lets replicas agree withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentsession.api.egress import BUDGET_CONDITION
 from agentsession.api.manifest import Manifest
+from agentsession.contract.live_state import LiveState
 from agentsession.kube.views import SessionView
 
 AgentStatus = Literal["uninitialized", "initializing", "ready", "processing", "completed", "failed", "killed"]
@@ -42,16 +42,6 @@ CLUSTER_STATE_FIELDS = (
     "budget_exhausted",
     "budget_message",
 )
-
-
-@dataclass(frozen=True)
-class LiveState:
-    """What the agent's agentctl told this replica (its status and update stream); None fields are unknown."""
-
-    agent_state: str | None = None  # stopped | starting | running | stopping | error
-    turn_running: bool = False
-    last_error: str | None = None
-    current_mode_id: str | None = None
 
 
 def agent_id(namespace: str, name: str) -> str:

@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from agentsession.agentctl_api import StatusResponse
 from agentsession.agentctl_client import BAD_ANSWER, AgentctlApi, AgentctlError, ShellChannel
 from agentsession.api.manifest import Manifest
+from agentsession.contract.wire import StatusResponse
 from agentsession.gateway import metrics
 from agentsession.gateway.codec import utf8_size
 from agentsession.gateway.events import ErrorCode, RequestError

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from agentsession.agentctl_api import (
+from agentsession.contract.wire import (
     AGENT_HEALTH_PATH,
     HEALTH_PATH,
     HISTORY_PAGE_BYTES,

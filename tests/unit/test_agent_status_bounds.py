@@ -34,7 +34,8 @@ from agentsession.agentctl_api import (
 )
 from agentsession.api.crd import SESSION, crd_manifest
 from agentsession.api.models import AcpStatus, AgentSessionStatus
-from agentsession.controller.status_mapper import AGENT_NOT_ANSWERING, Observation, map_status, start_due
+from agentsession.api.reasons import AGENT_NOT_ANSWERING
+from agentsession.controller.status_mapper import Observation, map_status, start_due
 from tests.support.pod_bodies import CREATED, NOW, UID, pod_body
 
 # The modes of the agents the project ships, as their adapters give them (claude-agent-acp 0.23, codex-acp's

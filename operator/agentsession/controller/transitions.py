@@ -10,33 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentsession.agentctl_api import DrainResponse
+from agentsession.api import reasons
 from agentsession.api.egress import BUDGET_CONDITION
 from agentsession.api.models import AgentSessionStatus
-from agentsession.controller.rejections import QUOTA_REASON
-from agentsession.controller.status_mapper import (
-    EGRESS_PROXY_UNAVAILABLE,
-    FAILED_REASONS,
-    IMAGE_PULL_REASONS,
-    KUBELET_CACHE_LAG,
-    NODE_NOT_READY,
-)
+from agentsession.controller.status_mapper import KUBELET_CACHE_LAG
 
-WARNING_REASONS = (
-    FAILED_REASONS
-    | IMAGE_PULL_REASONS
-    | {
-        "Unschedulable",
-        "ProbeFailing",
-        "InitializeFailed",
-        "AgentExited",
-        QUOTA_REASON,
-        "PodDeleted",
-        "AgentctlRestarted",
-        "AgentRestarted",
-        NODE_NOT_READY,
-        EGRESS_PROXY_UNAVAILABLE,
-    }
-)
 BUDGET_RAISED = "BudgetRaised"
 
 
@@ -52,12 +30,16 @@ def status_events(previous: AgentSessionStatus, current: AgentSessionStatus) -> 
     events: list[EventRecord] = []
     ready = current.condition("Ready")
     if ready is not None and current.phase is not None and current.phase != previous.phase:
-        kind = "Warning" if ready.reason in WARNING_REASONS or current.phase == "Failed" else "Normal"
+        kind = (
+            "Warning"
+            if reasons.is_in(ready.reason, reasons.WARNING) or current.phase == "Failed"
+            else "Normal"
+        )
         events.append(EventRecord(kind, ready.reason, _phase_message(current, ready.message)))
     told = {event.reason for event in events}
     for condition in current.conditions:
         before = previous.condition(condition.type)
-        if condition.reason not in WARNING_REASONS or condition.reason in told:
+        if not reasons.is_in(condition.reason, reasons.WARNING) or condition.reason in told:
             continue
         if KUBELET_CACHE_LAG.match(condition.message):
             continue  # the kubelet catching up with a Secret that exists: the session is only Starting

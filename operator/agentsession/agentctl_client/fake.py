@@ -58,6 +58,7 @@ from agentsession.agentctl_routes import (
     UPDATES,
     Route,
 )
+from agentsession.api.times import format_time
 
 SHELL_BUFFER_BYTES = 16 * 1024
 PERMISSION_OPTIONS: list[dict[str, Any]] = [
@@ -72,7 +73,7 @@ def _now() -> datetime:
 
 
 def _timestamp(moment: datetime) -> str:
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time(moment, "milliseconds")
 
 
 @dataclass

@@ -24,6 +24,7 @@ from agentsession.api.models import (
     Phase,
     StartupTimings,
 )
+from agentsession.api.times import parse_time
 from agentsession.controller.rejections import Rejection
 from agentsession.kube.views import EventView
 
@@ -86,10 +87,6 @@ class _State:
         return self.status == "True"
 
 
-def _parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-
-
 def container_status(pod: Manifest, name: str, *, init: bool) -> Manifest | None:
     key = "initContainerStatuses" if init else "containerStatuses"
     return next((s for s in pod.get("status", {}).get(key) or [] if s.get("name") == name), None)
@@ -113,12 +110,12 @@ def latest_readiness_failure(events: Iterable[EventView], since: str) -> str | N
     """The newest kubelet "Readiness probe failed" message among `events` later than STARTUP_GRACE after `since`
     (when the running agentctl started): failures of an earlier run do not count, nor the refused connections of
     the first probes, which run while agentctl's interpreter is still loading."""
-    start = _parse_time(since)
+    start = parse_time(since)
     failures = [
         (moment, event.message)
         for event in events
         if event.message.startswith(READINESS_FAILED)
-        and (moment := _parse_time(event.last_seen)) is not None
+        and (moment := parse_time(event.last_seen)) is not None
         and (start is None or moment >= start + STARTUP_GRACE)
     ]
     return max(failures)[1] if failures else None
@@ -149,7 +146,7 @@ def agent_unready_since(pod: Manifest, acp: AcpStatus | None) -> str | None:
     if acp is None or acp.initializedTime is None or acp.podUID != pod["metadata"].get("uid"):
         return None
     condition = _pod_condition(pod, "ContainersReady")
-    since = _parse_time(condition.get("lastTransitionTime")) if condition else None
+    since = parse_time(condition.get("lastTransitionTime")) if condition else None
     if (
         condition is None
         or condition.get("status") != "False"
@@ -440,7 +437,7 @@ def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation
     start = known.model_dump(include=_START_FIELDS, exclude_none=True) if known is not None else {}
     if pod is None:
         return StartupTimings(**start) if start else None
-    created = _parse_time(pod["metadata"].get("creationTimestamp"))
+    created = parse_time(pod["metadata"].get("creationTimestamp"))
     by_type = {c.type: c for c in conditions}
 
     def when_true(kind: ConditionType) -> datetime | None:
@@ -500,7 +497,7 @@ def map_status(obs: Observation) -> AgentSessionStatus:
         podUID=pod["metadata"].get("uid") if pod else None,
         podIP=pod_ip,
         agentctlEndpoint=f"http://{pod_ip}:{obs.agentctl_port}" if pod_ip else None,
-        startTime=_parse_time(pod_status.get("startTime")),
+        startTime=parse_time(pod_status.get("startTime")),
         readyTime=ready.lastTransitionTime if ready.status == "True" else None,
         restartCount=restarts,
         podsCreated=obs.previous.podsCreated,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentsession.api.constants import API_VERSION, KIND
+from agentsession.api.manifest import Key
 
 
 def owner_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
@@ -35,7 +36,7 @@ class SessionRef:
         return self.stem or self.name
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> Key:
         return (self.namespace, self.name)
 
     def owner_reference(self) -> dict[str, Any]:

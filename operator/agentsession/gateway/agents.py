@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from agentsession.agentctl_api import StatusResponse, mode_config_option
 from agentsession.agentctl_client import AgentctlApi, AgentctlConnector, AgentctlError
-from agentsession.api.manifest import Manifest
+from agentsession.api.manifest import Key, Manifest
 from agentsession.gateway.codec import utf8_size
 from agentsession.gateway.events import (
     AgentctlReady,
@@ -36,7 +36,7 @@ from agentsession.gateway.upstream import (
     ShellStream,
     UpdateStream,
 )
-from agentsession.gateway.watch_cache import Key, SessionCache
+from agentsession.gateway.watch_cache import SessionCache
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError
 from agentsession.kube.resources import AGENT_SESSIONS

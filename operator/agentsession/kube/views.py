@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentsession.api.constants import KIND
-from agentsession.api.manifest import Manifest
+from agentsession.api.manifest import Key, Manifest
 from agentsession.api.models import AgentSessionStatus, Condition, ConditionType
 from agentsession.api.session_ref import SessionRef
 
@@ -37,7 +37,7 @@ class _Meta:
         return str(self.meta.get("name") or "")
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> Key:
         return (self.namespace, self.name)
 
     @property

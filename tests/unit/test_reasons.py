@@ -12,6 +12,7 @@ from agentsession.api.egress import Budget, Usage
 from agentsession.api.models import AgentSessionStatus, Condition
 from agentsession.controller.rejections import REASON_BY_KIND, rejection
 from agentsession.controller.status_mapper import Observation, map_status
+from agentsession.kube.views import PodView
 from tests.support.pod_bodies import NOW, pod_body
 from tests.unit import test_status_mapper, test_status_messages
 
@@ -172,3 +173,16 @@ def test_every_reason_the_mapper_writes_is_in_the_table() -> None:
     assert written - set(reasons.REASONS) == set()
     # The corpus reaches far: a table the mapper outgrew would show here.
     assert len(written) >= 40
+
+
+def test_a_failed_pod_without_a_reason_failed_with_podfailed_to_every_reader() -> None:
+    failed = pod_body(conditions=[], phase="Failed")
+    assert PodView(failed).failed_reason == reasons.POD_FAILED == "PodFailed"
+    status = map_status(
+        Observation(generation=1, suspend=False, previous=AgentSessionStatus(), now=NOW, pod=failed)
+    )
+    assert status.condition("AgentctlReady") is not None
+    assert status.condition("AgentctlReady").reason == "PodFailed"  # type: ignore[union-attr]
+    evicted = pod_body(conditions=[], phase="Failed", reason="Evicted")
+    assert PodView(evicted).failed_reason == "Evicted"
+    assert PodView(pod_body(conditions=[], phase="Running")).failed_reason is None

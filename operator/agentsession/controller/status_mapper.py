@@ -26,7 +26,7 @@ from agentsession.api.models import (
 )
 from agentsession.api.times import parse_time
 from agentsession.controller.rejections import Rejection
-from agentsession.kube.views import EventView
+from agentsession.kube.views import EventView, PodView
 
 CONDITION_ORDER: tuple[ConditionType, ...] = (
     "PodScheduled",
@@ -214,10 +214,10 @@ def _latest_exit(status: Manifest) -> Manifest | None:
 
 
 def _pod_failed(pod: Manifest) -> _State | None:
-    status = pod.get("status", {})
-    if status.get("phase") != "Failed":
+    reason = PodView(pod).failed_reason
+    if reason is None:
         return None
-    reason = status.get("reason") or reasons.POD_FAILED
+    status = pod["status"]
     message = status.get("message") or "the pod failed"
     agent = container_status(pod, AGENT_CONTAINER, init=False)
     exited = _latest_exit(agent) if agent else None

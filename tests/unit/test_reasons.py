@@ -146,15 +146,7 @@ def test_every_reason_is_one_a_condition_can_carry() -> None:
 
 def _corpus() -> Iterator[Observation]:
     """The pod situations of the mapper's table tests, and the situations with no pod or no budget left."""
-    for case in test_status_mapper.CASES:
-        yield Observation(
-            generation=1,
-            suspend=case.suspend,
-            previous=case.previous,
-            now=NOW,
-            pod=case.pod,
-            probe_message=case.probe_message,
-        )
+    yield from (test_status_mapper.observe(case) for case in test_status_mapper.CASES)
     yield from (test_status_messages._observe(case) for case in test_status_messages.CASES)
     bare = Observation(generation=1, suspend=False, previous=AgentSessionStatus(), now=NOW)
     yield replace(bare, spec_error="spec.agent.image: required")

@@ -8,6 +8,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from agentsession.api.times import format_time
+
 # Attributes every LogRecord has; anything else was passed through `extra=` and belongs in the JSON object.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -15,9 +17,7 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
+            "ts": format_time(datetime.fromtimestamp(record.created, UTC), "milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

@@ -33,8 +33,9 @@ from agentsession.api.acp import (
 )
 from agentsession.api.crd import SESSION, crd_manifest
 from agentsession.api.models import AcpStatus, AgentSessionStatus
+from agentsession.api.reasons import AGENT_NOT_ANSWERING
 from agentsession.contract.wire import StartResponse
-from agentsession.controller.status_mapper import AGENT_NOT_ANSWERING, Observation, map_status, start_due
+from agentsession.controller.status_mapper import Observation, map_status, start_due
 from tests.support.pod_bodies import CREATED, NOW, UID, pod_body
 
 # The modes of the agents the project ships, as their adapters give them (claude-agent-acp 0.23, codex-acp's

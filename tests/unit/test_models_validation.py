@@ -9,12 +9,16 @@ import re
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
 from agentsession.api.models import (
     LABEL_KEY,
     LABEL_VALUE,
+    POD_SHAPE_FIELDS,
+    AgentSessionSpec,
     AgentSessionStatus,
     Condition,
+    PoolTemplate,
     _keys_and_values,
     _rules,
 )
@@ -112,3 +116,21 @@ def test_a_status_condition_is_found_by_type() -> None:
     assert ready.type == "Ready"
     assert status.condition("AgentctlReady") is None
     assert AgentSessionStatus().condition("Ready") is None
+
+
+def test_a_pool_template_holds_the_fields_that_shape_a_sessions_pod_as_the_session_spec_has_them() -> None:
+    spec_fields = AgentSessionSpec.model_fields
+    assert tuple(PoolTemplate.model_fields) == POD_SHAPE_FIELDS
+    for name, field in PoolTemplate.model_fields.items():
+        assert (field.annotation, field.description) == (
+            spec_fields[name].annotation,
+            spec_fields[name].description,
+        )
+    template = PoolTemplate.model_validate({"workspace": {"size": "1Gi"}, "cwd": "/workspace/src"})
+    assert template.session_spec() == AgentSessionSpec.model_validate(
+        {"agent": {"type": "demo"}, "workspace": {"size": "1Gi"}, "cwd": "/workspace/src"}
+    )
+    with pytest.raises(ValidationError):
+        PoolTemplate.model_validate({"prompt": "a session's own field"})
+    with pytest.raises(ValidationError):
+        PoolTemplate.model_validate({"cwd": "relative"})

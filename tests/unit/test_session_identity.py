@@ -7,7 +7,8 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 
-from agentsession.api.session_ref import SessionRef
+from agentsession.api.session_ref import SessionRef, owner_reference
+from agentsession.controller.pool_builder import PoolRef
 
 SESSION = SessionRef(namespace="team-a", name="fix-bug", uid="1234-uid", generation=3)
 
@@ -46,3 +47,14 @@ def test_events_are_about_the_session_in_its_namespace() -> None:
 def test_a_session_is_keyed_by_namespace_and_name() -> None:
     assert SESSION.key == ("team-a", "fix-bug")
     assert SessionRef("team-b", "fix-bug", "other-uid").key != SESSION.key
+
+
+def test_a_pools_warm_pods_are_controlled_by_the_pool_the_same_way() -> None:
+    owner = PoolRef("team-a", "warm", "pool-uid").owner_reference()
+    assert owner == {
+        **SESSION.owner_reference(),
+        "kind": "AgentSessionPool",
+        "name": "warm",
+        "uid": "pool-uid",
+    }
+    assert owner_reference("AgentSession", "fix-bug", "1234-uid") == SESSION.owner_reference()

@@ -371,18 +371,20 @@ CASES = [
 ]
 
 
+def observe(case: Case) -> Observation:
+    return Observation(
+        generation=7,
+        suspend=case.suspend,
+        previous=case.previous,
+        now=NOW,
+        pod=case.pod,
+        probe_message=case.probe_message,
+    )
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_pod_situation_maps_to_conditions(case: Case) -> None:
-    status = map_status(
-        Observation(
-            generation=7,
-            suspend=case.suspend,
-            previous=case.previous,
-            now=NOW,
-            pod=case.pod,
-            probe_message=case.probe_message,
-        )
-    )
+    status = map_status(observe(case))
     conditions = {c.type: c for c in status.conditions}
     assert [c.type for c in status.conditions] == [
         "PodScheduled",

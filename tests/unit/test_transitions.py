@@ -10,7 +10,7 @@ import pytest
 
 from agentsession.api.models import AgentSessionStatus, Condition, StartupTimings
 from agentsession.contract.wire import DrainResponse
-from agentsession.controller.transitions import EventRecord, drain_event, status_events
+from agentsession.controller.transitions import Event, drain_event, status_events
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -42,15 +42,15 @@ class Case:
     id: str
     previous: AgentSessionStatus
     current: AgentSessionStatus
-    events: list[EventRecord] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
 
-def normal(reason: str, message: str) -> EventRecord:
-    return EventRecord("Normal", reason, message)
+def normal(reason: str, message: str) -> Event:
+    return Event("Normal", reason, message)
 
 
-def warning(reason: str, message: str) -> EventRecord:
-    return EventRecord("Warning", reason, message)
+def warning(reason: str, message: str) -> Event:
+    return Event("Warning", reason, message)
 
 
 CASES = [
@@ -241,5 +241,5 @@ def _drain(outcome: str, **fields: object) -> DrainResponse:
     ],
     ids=["idle", "finished", "cancelled", "cancelled with a permission", "cancelled with permissions"],
 )
-def test_a_drain_tells_how_the_running_turn_ended(result: DrainResponse, event: EventRecord | None) -> None:
+def test_a_drain_tells_how_the_running_turn_ended(result: DrainResponse, event: Event | None) -> None:
     assert drain_event(result) == event

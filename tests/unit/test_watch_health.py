@@ -9,7 +9,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from agentsession.controller.watch_health import Key, WatchHealth, WatchStalled, liveness
+from agentsession.api.manifest import Key
+from agentsession.controller.watch_health import WatchHealth, WatchStalled, liveness
 from agentsession.kube.errors import KubeUnavailable, error_from_status
 
 

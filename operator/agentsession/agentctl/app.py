@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from agentsession.agentctl import routes_acp, routes_control, routes_permissions, routes_shell, ws_streams
 from agentsession.agentctl.authentication import Verifier
@@ -14,7 +15,7 @@ from agentsession.agentctl.binding import Handlers, register
 from agentsession.agentctl.config import Config
 from agentsession.agentctl.drain import clear_stop_files, serve_stop_requests
 from agentsession.agentctl.http_common import json_ok
-from agentsession.agentctl.middleware import OPEN_PATHS, Handler, announce_instance, make_middlewares
+from agentsession.agentctl.middleware import OPEN_PATHS, announce_instance, make_middlewares
 from agentsession.agentctl.openapi import build_openapi
 from agentsession.agentctl.services import SERVICES, Services, preload_acp
 from agentsession.agentctl.transport_fifo import FifoTransport

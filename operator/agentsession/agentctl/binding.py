@@ -6,14 +6,14 @@ where a route has no handler or a handler serves no route of the table.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from agentsession.contract.routes import ROUTES, Route
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 H = TypeVar("H", bound=Handler)
 
 

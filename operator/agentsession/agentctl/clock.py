@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from agentsession.api.times import format_time
+
 
 def utc_now() -> str:
     return format_ts(datetime.now(UTC))
 
 
 def format_ts(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time(moment, "milliseconds")

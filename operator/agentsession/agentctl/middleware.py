@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from agentsession.agentctl.authentication import Verifier
 from agentsession.agentctl.errors import ApiError
@@ -17,7 +17,6 @@ from agentsession.contract.wire import ErrorResponse
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 OPEN_PATHS = frozenset(route.path for route in ROUTES if not route.auth)  # the kubelet's probes
 _HTTP_CODES = {

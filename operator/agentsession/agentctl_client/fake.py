@@ -21,6 +21,7 @@ from typing import Any
 from agentsession.agentctl.entry_limit import fit
 from agentsession.agentctl_client.client import AgentctlApi, AgentctlError
 from agentsession.api.acp import AgentIdentity, SessionMode
+from agentsession.api.times import format_time
 from agentsession.contract.routes import (
     CANCEL,
     DRAIN,
@@ -71,7 +72,7 @@ def _now() -> datetime:
 
 
 def _timestamp(moment: datetime) -> str:
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time(moment, "milliseconds")
 
 
 @dataclass

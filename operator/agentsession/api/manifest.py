@@ -3,3 +3,5 @@
 from typing import Any
 
 Manifest = dict[str, Any]
+# An object by its namespace and name, as caches, queues and indexes key it.
+Key = tuple[str, str]

@@ -7,9 +7,9 @@ or the old object, are CEL rules (`x-kubernetes-validations`) attached here and 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
 from agentsession.api.acp import AgentIdentity, CurrentModeId, Modes, SessionId
 from agentsession.api.egress import Budget, NetworkSpec, Usage
@@ -631,21 +631,32 @@ class AgentSessionStatus(_Model):
         return next((c for c in self.conditions if c.type == kind), None)
 
 
-class PoolTemplate(_Model):
+# The fields of an AgentSession that shape its pod: what a pool's template holds.
+POD_SHAPE_FIELDS = ("agent", "agentctl", "workspace", "cwd", "lifecycle", "podTemplate")
+
+
+class _PodShape(_Model):
     """The pod a pool keeps warm: the fields of an AgentSession that shape its pod. A session claims one of the
     pool's pods only when its own fields give the same pod."""
 
-    agent: AgentSpec = Field(default_factory=AgentSpec, json_schema_extra={"default": {"type": "demo"}})
-    agentctl: AgentctlSpec | None = None
-    workspace: WorkspaceSpec | None = None
-    cwd: AbsolutePath | None = Field(
-        default=None, description="The ACP session's cwd; defaults to mountPath."
-    )
-    lifecycle: LifecycleSpec | None = None
-    podTemplate: PodTemplateOverrides | None = None
-
     def session_spec(self) -> AgentSessionSpec:
         return AgentSessionSpec.model_validate(self.model_dump(exclude_none=True))
+
+
+if TYPE_CHECKING:
+    # The type checker sees the base: code reads a template only through session_spec().
+    PoolTemplate = _PodShape
+else:
+    # Taken from AgentSessionSpec, so that the two cannot drift: a field's type, default and bounds are its.
+    PoolTemplate = create_model(
+        "PoolTemplate",
+        __base__=_PodShape,
+        __doc__=_PodShape.__doc__,
+        **{
+            name: (AgentSessionSpec.model_fields[name].annotation, AgentSessionSpec.model_fields[name])
+            for name in POD_SHAPE_FIELDS
+        },
+    )
 
 
 RefillPolicy = Literal["Always", "Never"]

@@ -36,6 +36,7 @@ from agentsession.controller.pod_builder import (
 from agentsession.controller.pool_builder import claim_target, claimable, created_at
 from agentsession.controller.rejections import retry_after
 from agentsession.controller.status_mapper import Observation, start_due
+from agentsession.controller.transitions import Event
 from agentsession.kube.views import PodView, SessionView
 
 # When agentctl cannot say how long the agent has been idle, it is asked again after at most this long.
@@ -82,13 +83,6 @@ class Observed:
 
 
 # --- actions, executed in the order of the plan ---
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal | Warning
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agentsession.api.manifest import Manifest
+from agentsession.api.times import format_time
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError, NotFound
 from agentsession.kube.resources import LEASES
@@ -42,7 +43,7 @@ def new_identity() -> str:
 
 def micro_time(moment: datetime) -> str:
     """A Lease's MicroTime: RFC 3339 in UTC with microseconds."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_time(moment, "microseconds")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import string
 from dataclasses import dataclass
 
 from agentsession.api.constants import (
-    API_VERSION,
     LABEL_CLAIMED_FROM,
     LABEL_INSTANCE,
     LABEL_POOL,
@@ -24,7 +23,7 @@ from agentsession.api.constants import (
 )
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, PoolTemplate
-from agentsession.api.session_ref import SessionRef
+from agentsession.api.session_ref import SessionRef, owner_reference
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
@@ -47,14 +46,7 @@ class PoolRef:
     uid: str
 
     def owner_reference(self) -> Manifest:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": POOL_KIND,
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        return owner_reference(POOL_KIND, self.name, self.uid)
 
 
 def new_stem(pool: str) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from datetime import datetime
 
 from pydantic import ValidationError
 
@@ -24,6 +23,7 @@ from agentsession.api.constants import (
 from agentsession.api.egress import new_phantom
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionPoolSpec, AgentSessionPoolStatus
+from agentsession.api.times import parse_time
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.network_policy import policy_keeper
@@ -49,10 +49,6 @@ log = logging.getLogger(__name__)
 # claims at once would take the CPU the claimed sessions need to start their ACP sessions. The next starts follow
 # as these turn ready (each a pod event).
 REFILL_AT_ONCE = 2
-
-
-def _parse_time(value: object) -> datetime | None:
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
 
 
 class PoolReconciler:
@@ -155,10 +151,10 @@ class PoolReconciler:
             if name in self._refilled or not claimable(pod):
                 continue
             self._refilled.add(name)
-            created = _parse_time(pod["metadata"].get("creationTimestamp"))
+            created = parse_time(pod["metadata"].get("creationTimestamp"))
             ready = next(
                 (
-                    _parse_time(c.get("lastTransitionTime"))
+                    parse_time(c.get("lastTransitionTime"))
                     for c in (pod.get("status") or {}).get("conditions") or []
                     if c.get("type") == "Ready"
                 ),

@@ -47,7 +47,6 @@ from agentsession.controller.decisions import (
     DeferRestart,
     DeletePod,
     Drain,
-    Event,
     Observed,
     Plan,
     PostEvent,
@@ -73,7 +72,7 @@ from agentsession.controller.status_mapper import (
     map_status,
     readiness_pending_since,
 )
-from agentsession.controller.transitions import drain_event, status_events
+from agentsession.controller.transitions import Event, drain_event, status_events
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.ops import create_or_read, decode_token, post_event
@@ -461,9 +460,9 @@ class Reconciler:
             self._refused_token(session, error)
             log.warning("drain of %s/%s before stopping its pod failed: %s", *session.key, error)
             return
-        record = drain_event(result)
-        if record is not None:
-            await self._event(session, Event(record.type, record.reason, record.message))
+        event = drain_event(result)
+        if event is not None:
+            await self._event(session, event)
 
     async def _cancel(self, observed: Observed, action: CancelTurn) -> None:
         """Ends the running turn of a session whose budget is spent. A failure is logged only: the proxy refuses
@@ -492,10 +491,7 @@ class Reconciler:
     ) -> None:
         """Writes `status` if it differs from `previous` (what the API holds), with the Events of the change."""
         # The Events go out with the status, not after it: a reconcile waits one round trip, not one per Event.
-        writes = [
-            self._event(session, Event(record.type, record.reason, record.message))
-            for record in status_events(previous, status)
-        ]
+        writes = [self._event(session, event) for event in status_events(previous, status)]
         # status.usage is the egress proxy's: written back, a value read before would undo its newer counts.
         new = status.model_dump(mode="json", exclude={"usage"})
         if new != previous.model_dump(mode="json", exclude={"usage"}):

@@ -9,13 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from agentsession.api import reasons
+
 # 400: malformed, 403: admission, quota or RBAC, 422: invalid. Other statuses are outages: retried as errors.
 REFUSALS = frozenset({400, 403, 422})
 REASON_BY_KIND = {
-    "Pod": "PodRejected",
-    "PersistentVolumeClaim": "WorkspaceRejected",
-    "Secret": "SecretRejected",
-    "NetworkPolicy": "NetworkPolicyRejected",
+    "Pod": reasons.POD_REJECTED,
+    "PersistentVolumeClaim": reasons.WORKSPACE_REJECTED,
+    "Secret": reasons.SECRET_REJECTED,
+    "NetworkPolicy": reasons.NETWORK_POLICY_REJECTED,
 }
 WHAT_BY_KIND = {
     "Pod": "pod",
@@ -23,8 +25,6 @@ WHAT_BY_KIND = {
     "Secret": "agentctl token Secret",
     "NetworkPolicy": "NetworkPolicy that guards agentctl",
 }
-REJECTED_REASONS = frozenset({*REASON_BY_KIND.values(), "Forbidden"})
-QUOTA_REASON = "QuotaExceeded"
 # A refusal is looked at again after as long as it has lasted, within these bounds: soon at first, rarely later.
 MIN_RETRY_SECONDS = 5.0
 MAX_RETRY_SECONDS = 300.0
@@ -43,18 +43,18 @@ def rejection(kind: str | None, status: int | None, api_message: str) -> Rejecti
     what = WHAT_BY_KIND.get(kind, kind)
     if status == 403 and "exceeded quota" in api_message:
         return Rejection(
-            QUOTA_REASON,
+            reasons.QUOTA_EXCEEDED,
             f"the {what} does not fit the namespace's ResourceQuota: {api_message}; "
             "lower the session's resources or raise the quota (retried)",
         )
     if status == 403:
         return Rejection(
-            "Forbidden",
+            reasons.FORBIDDEN,
             f"the API server forbids creating the {what}: {api_message}; "
             "check admission policies (Pod Security, webhooks) and the operator's RBAC",
         )
     return Rejection(
-        REASON_BY_KIND.get(kind, "Rejected"),
+        REASON_BY_KIND.get(kind, reasons.REJECTED_OTHER),
         f"the API server refused the {what}: {api_message}; fix the AgentSession's spec",
     )
 

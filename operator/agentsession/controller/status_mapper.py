@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from agentsession.api import reasons
 from agentsession.api.constants import AGENT_CONTAINER, AGENTCTL_CONTAINER
 from agentsession.api.egress import BUDGET_CONDITION, Budget, Usage, exhausted
 from agentsession.api.manifest import Manifest
@@ -23,8 +24,9 @@ from agentsession.api.models import (
     Phase,
     StartupTimings,
 )
-from agentsession.controller.rejections import QUOTA_REASON, REJECTED_REASONS, Rejection
-from agentsession.kube.views import EventView
+from agentsession.api.times import parse_time
+from agentsession.controller.rejections import Rejection
+from agentsession.kube.views import EventView, PodView
 
 CONDITION_ORDER: tuple[ConditionType, ...] = (
     "PodScheduled",
@@ -34,49 +36,18 @@ CONDITION_ORDER: tuple[ConditionType, ...] = (
     "Ready",
     BUDGET_CONDITION,
 )
-# The agent container runs but is not ready after its ACP session started: agentctl answers that readiness probe
-# (GET /health/agent) from its ACP connection, which it has lost (the agent's protocol died and the agent did not
-# exit when agentctl closed its input). Nothing fixes itself short of the agent answering again, so the session is
-# Failed until then, and agentctl's last error says why.
-AGENT_NOT_ANSWERING = "AgentNotAnswering"
-IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
-# Waiting reasons that will not fix themselves without a change by the user.
-FAILED_REASONS = frozenset(
-    {
-        "CrashLoopBackOff",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "InvalidImageName",
-        "InvalidSpec",
-        "RunContainerError",
-        "PodFailed",
-        "Evicted",
-        "DeadlineExceeded",
-        AGENT_NOT_ANSWERING,
-        *REJECTED_REASONS,
-    }
-)
 READINESS_FAILED = "Readiness probe failed"
 # A container's termination message (its last output, with FallbackToLogsOnError) is cut to what a condition
 # message and an Event can carry and a person can read at a glance.
 TERMINATION_TAIL_LINES = 5
 TERMINATION_TAIL_CHARS = 1000
-# AgentInitialized reasons that mean "agentctl is ready and the start call is due".
-START_DUE = frozenset(
-    {"Initializing", "AgentctlRestarted", "AgentRestarted", "InitializeFailed", "AgentExited"}
-)
-NODE_NOT_READY = "NodeNotReady"
 # The kubelet's own caches of Secrets and ConfigMaps behind the API server (a busy one): the kubelet retries, and
 # the container starts once they catch up. Not a failure of the session, unlike a Secret that does not exist.
 KUBELET_CACHE_LAG = re.compile(r"failed to sync (secret|configmap) cache")
-# The operator sends pods through an egress proxy whose Service it cannot find: no pod until it appears.
-EGRESS_PROXY_UNAVAILABLE = "EgressProxyUnavailable"
-PENDING_REASONS = frozenset(
-    {"PodNotCreated", "PodDeleted", "Pending", "Unschedulable", QUOTA_REASON, EGRESS_PROXY_UNAVAILABLE}
-    | IMAGE_PULL_REASONS
-)
-BUDGET_EXHAUSTED = "BudgetExhausted"
-WITHIN_BUDGET = "WithinBudget"
+# A failed pod's own reason, kept when it is one of these; any other failure is PodFailed.
+KEPT_FAILURES = frozenset({reasons.EVICTED, reasons.DEADLINE_EXCEEDED})
+# Waiting reasons of the agent container that say no more than that agentctl is not ready yet.
+AGENT_WAITING_FOR_AGENTCTL = frozenset({reasons.CONTAINER_CREATING, reasons.POD_INITIALIZING})
 
 
 @dataclass(frozen=True)
@@ -116,10 +87,6 @@ class _State:
         return self.status == "True"
 
 
-def _parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-
-
 def container_status(pod: Manifest, name: str, *, init: bool) -> Manifest | None:
     key = "initContainerStatuses" if init else "containerStatuses"
     return next((s for s in pod.get("status", {}).get(key) or [] if s.get("name") == name), None)
@@ -143,12 +110,12 @@ def latest_readiness_failure(events: Iterable[EventView], since: str) -> str | N
     """The newest kubelet "Readiness probe failed" message among `events` later than STARTUP_GRACE after `since`
     (when the running agentctl started): failures of an earlier run do not count, nor the refused connections of
     the first probes, which run while agentctl's interpreter is still loading."""
-    start = _parse_time(since)
+    start = parse_time(since)
     failures = [
         (moment, event.message)
         for event in events
         if event.message.startswith(READINESS_FAILED)
-        and (moment := _parse_time(event.last_seen)) is not None
+        and (moment := parse_time(event.last_seen)) is not None
         and (start is None or moment >= start + STARTUP_GRACE)
     ]
     return max(failures)[1] if failures else None
@@ -179,7 +146,7 @@ def agent_unready_since(pod: Manifest, acp: AcpStatus | None) -> str | None:
     if acp is None or acp.initializedTime is None or acp.podUID != pod["metadata"].get("uid"):
         return None
     condition = _pod_condition(pod, "ContainersReady")
-    since = _parse_time(condition.get("lastTransitionTime")) if condition else None
+    since = parse_time(condition.get("lastTransitionTime")) if condition else None
     if (
         condition is None
         or condition.get("status") != "False"
@@ -203,7 +170,7 @@ def node_not_reporting(pod: Manifest) -> _State | None:
     since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
     return _State(
         "Unknown",
-        NODE_NOT_READY,
+        reasons.NODE_NOT_READY,
         f"node {node} stopped reporting{since}: agentctl and the agent may still run, but nothing confirms it "
         "until its kubelet reports again",
     )
@@ -211,20 +178,20 @@ def node_not_reporting(pod: Manifest) -> _State | None:
 
 def _no_pod(obs: Observation) -> _State:
     if obs.spec_error:
-        return _State("False", "InvalidSpec", obs.spec_error)
+        return _State("False", reasons.INVALID_SPEC, obs.spec_error)
     if obs.egress_unavailable:
-        return _State("False", EGRESS_PROXY_UNAVAILABLE, obs.egress_unavailable)
+        return _State("False", reasons.EGRESS_PROXY_UNAVAILABLE, obs.egress_unavailable)
     if obs.rejection:
         return _State("False", obs.rejection.reason, obs.rejection.message)
     if obs.suspend:
-        return _State("False", "Suspended", "spec.suspend is true: no pod runs")
+        return _State("False", reasons.SUSPENDED, "spec.suspend is true: no pod runs")
     if obs.previous.podUID:
         return _State(
             "False",
-            "PodDeleted",
+            reasons.POD_DELETED,
             f"pod {obs.previous.podName} was deleted outside the operator; it is recreated",
         )
-    return _State("False", "PodNotCreated", "waiting for the operator to create the pod")
+    return _State("False", reasons.POD_NOT_CREATED, "waiting for the operator to create the pod")
 
 
 def termination_tail(message: str) -> str:
@@ -247,16 +214,16 @@ def _latest_exit(status: Manifest) -> Manifest | None:
 
 
 def _pod_failed(pod: Manifest) -> _State | None:
-    status = pod.get("status", {})
-    if status.get("phase") != "Failed":
+    reason = PodView(pod).failed_reason
+    if reason is None:
         return None
-    reason = status.get("reason") or "PodFailed"
+    status = pod["status"]
     message = status.get("message") or "the pod failed"
     agent = container_status(pod, AGENT_CONTAINER, init=False)
     exited = _latest_exit(agent) if agent else None
     if exited and not status.get("message"):
         message = f"the pod failed: the agent container ended ({describe_exit(exited)})"
-    return _State("False", reason if reason in {"Evicted", "DeadlineExceeded"} else "PodFailed", message)
+    return _State("False", reason if reason in KEPT_FAILURES else reasons.POD_FAILED, message)
 
 
 def _scheduled(obs: Observation, pod: Manifest | None) -> _State:
@@ -264,14 +231,16 @@ def _scheduled(obs: Observation, pod: Manifest | None) -> _State:
         return _no_pod(obs)
     name = pod["metadata"]["name"]
     if pod["metadata"].get("deletionTimestamp"):
-        return _State("False", "PodTerminating", f"pod {name} is terminating")
+        return _State("False", reasons.POD_TERMINATING, f"pod {name} is terminating")
     condition = _pod_condition(pod, "PodScheduled")
     if condition and condition.get("status") == "True":
         node = pod.get("spec", {}).get("nodeName", "")
-        return _State("True", "Scheduled", f"pod {name} is assigned to node {node}")
-    if condition and condition.get("reason") == "Unschedulable":
-        return _State("False", "Unschedulable", condition.get("message") or f"pod {name} cannot be scheduled")
-    return _State("False", "Pending", f"pod {name} is waiting for the scheduler")
+        return _State("True", reasons.SCHEDULED, f"pod {name} is assigned to node {node}")
+    if condition and condition.get("reason") == reasons.UNSCHEDULABLE:
+        return _State(
+            "False", reasons.UNSCHEDULABLE, condition.get("message") or f"pod {name} cannot be scheduled"
+        )
+    return _State("False", reasons.POD_PENDING, f"pod {name} is waiting for the scheduler")
 
 
 def _describe_last_exit(status: Manifest) -> str:
@@ -283,9 +252,9 @@ def _waiting(status: Manifest, what: str) -> _State | None:
     waiting = status.get("state", {}).get("waiting")
     if not waiting:
         return None
-    reason = waiting.get("reason") or "Waiting"
+    reason = waiting.get("reason") or reasons.WAITING
     message = waiting.get("message") or f"{what} is waiting: {reason}"
-    if reason == "CrashLoopBackOff":
+    if reason == reasons.CRASH_LOOP_BACK_OFF:
         message = (
             f"{what} keeps crashing (restarts: {status.get('restartCount', 0)}){_describe_last_exit(status)}"
         )
@@ -305,25 +274,27 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
         return lost
     status = container_status(pod, AGENTCTL_CONTAINER, init=True)
     if status is None:
-        return _State("False", "ContainerCreating", "waiting for the kubelet to start agentctl")
+        return _State("False", reasons.CONTAINER_CREATING, "waiting for the kubelet to start agentctl")
     if status.get("ready"):
-        return _State("True", "ProbeSucceeded", "agentctl answers its readiness probe (GET /health)")
+        return _State("True", reasons.PROBE_SUCCEEDED, "agentctl answers its readiness probe (GET /health)")
     waiting = _waiting(status, "agentctl")
     if waiting:
         return waiting
     terminated = status.get("state", {}).get("terminated")
     if terminated:
-        return _State("False", "Terminated", f"agentctl ended ({describe_exit(terminated)})")
+        return _State("False", reasons.TERMINATED, f"agentctl ended ({describe_exit(terminated)})")
     if not status.get("started"):
-        return _State("False", "Starting", "agentctl is running; waiting for its startup probe (GET /health)")
+        return _State(
+            "False", reasons.STARTING, "agentctl is running; waiting for its startup probe (GET /health)"
+        )
     if not obs.probe_message:
         # Between the startup probe passing and the first readiness check, not ready is not a failure.
         return _State(
-            "False", "Starting", "agentctl has started; waiting for its readiness probe (GET /health)"
+            "False", reasons.STARTING, "agentctl has started; waiting for its readiness probe (GET /health)"
         )
     return _State(
         "False",
-        "ProbeFailing",
+        reasons.PROBE_FAILING,
         f"agentctl is running but its readiness probe (GET /health) fails: {obs.probe_message} "
         f"(restarts: {status.get('restartCount', 0)})",
     )
@@ -332,12 +303,12 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
 def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State) -> _State:
     agent = container_status(pod, AGENT_CONTAINER, init=False) if pod is not None else None
     waiting = _waiting(agent, "the agent container") if agent else None
-    if agentctl.reason == NODE_NOT_READY:
+    if agentctl.reason == reasons.NODE_NOT_READY:
         return agentctl
-    if waiting and waiting.reason not in {"ContainerCreating", "PodInitializing"}:
+    if waiting and waiting.reason not in AGENT_WAITING_FOR_AGENTCTL:
         return waiting
     if not agentctl.ok:
-        return _State("False", "AgentctlNotReady", "waiting for agentctl to become ready")
+        return _State("False", reasons.AGENTCTL_NOT_READY, "waiting for agentctl to become ready")
     assert pod is not None  # agentctl is ready only in a pod
     acp = obs.previous.acp
     restarts = agentctl_restart_count(pod)
@@ -347,21 +318,21 @@ def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State)
         # What the agent printed as it died says more than agentctl's view of a closed pipe.
         return _State(
             "False",
-            "AgentExited",
+            reasons.AGENT_EXITED,
             f"the agent exited before its ACP session started ({describe_exit(exited)}; "
             f"restarts: {agent.get('restartCount', 0)})",
         )
     if acp is None or not_started:
-        return _State("False", "Initializing", "starting the ACP session through agentctl")
+        return _State("False", reasons.INITIALIZING, "starting the ACP session through agentctl")
     if acp.agentctlRestartCount != restarts:
         return _State(
-            "False", "AgentctlRestarted", f"agentctl restarted ({restarts}); resuming the ACP session"
+            "False", reasons.AGENTCTL_RESTARTED, f"agentctl restarted ({restarts}); resuming the ACP session"
         )
     if agent and acp.agentRestartCount is not None and acp.agentRestartCount != agent_restart_count(pod):
         ended = f"{describe_exit(exited)}; " if exited else ""
         return _State(
             "False",
-            "AgentRestarted",
+            reasons.AGENT_RESTARTED,
             f"the agent container restarted ({ended}restarts: {agent.get('restartCount', 0)}); "
             "resuming the ACP session",
         )
@@ -370,26 +341,26 @@ def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State)
         why = f" ({termination_tail(obs.agent_error)})" if obs.agent_error else ""
         return _State(
             "False",
-            AGENT_NOT_ANSWERING,
+            reasons.AGENT_NOT_ANSWERING,
             f"the agent container runs, but agentctl has had no working ACP connection to it since {since}{why}; "
             "the session resumes once the agent answers again, as it does after a restart of its container",
         )
     if acp.lastError:
-        return _State("False", "InitializeFailed", acp.lastError)
+        return _State("False", reasons.INITIALIZE_FAILED, acp.lastError)
     mode = f", mode {acp.currentModeId}" if acp.currentModeId else ""
-    return _State("True", "Initialized", f"ACP session {acp.sessionId} is ready{mode}")
+    return _State("True", reasons.INITIALIZED, f"ACP session {acp.sessionId} is ready{mode}")
 
 
 def _summary(obs: Observation, states: dict[ConditionType, _State]) -> _State:
     if obs.deleting:
-        return _State("False", "Terminating", "the session is being deleted")
+        return _State("False", reasons.TERMINATING, "the session is being deleted")
     if obs.suspend:
-        return _State("False", "Suspended", "spec.suspend is true: the agent is not running")
+        return _State("False", reasons.SUSPENDED, "spec.suspend is true: the agent is not running")
     for kind in ("PodScheduled", "AgentctlReady", "AgentInitialized"):
         state = states[kind]
         if not state.ok:
             return state
-    return _State("True", "Ready", "the agent is ready for prompts")
+    return _State("True", reasons.READY, "the agent is ready for prompts")
 
 
 def _phase(obs: Observation, ready: _State) -> Phase:
@@ -401,9 +372,9 @@ def _phase(obs: Observation, ready: _State) -> Phase:
         return "Ready"
     if ready.status == "Unknown":
         return "Unknown"
-    if ready.reason in FAILED_REASONS and not KUBELET_CACHE_LAG.match(ready.message):
+    if reasons.is_in(ready.reason, reasons.FAILED) and not KUBELET_CACHE_LAG.match(ready.message):
         return "Failed"
-    if ready.reason in PENDING_REASONS:
+    if reasons.is_in(ready.reason, reasons.PENDING):
         return "Pending"
     return "Starting"
 
@@ -425,7 +396,9 @@ def _conditions(obs: Observation, states: dict[ConditionType, _State]) -> list[C
     result = [_condition(obs, kind, states[kind]) for kind in CONDITION_ORDER]
     if obs.restart_pending:
         # Present only while a restart waits; Ready stays as it is, the session keeps serving until then.
-        result.append(_condition(obs, "RestartPending", _State("True", "TurnRunning", obs.restart_pending)))
+        result.append(
+            _condition(obs, "RestartPending", _State("True", reasons.TURN_RUNNING, obs.restart_pending))
+        )
     return result
 
 
@@ -443,10 +416,12 @@ def budget_state(usage: Usage | None, budget: Budget) -> _State:
     does not change with every model call."""
     spent = exhausted(usage, budget)
     if spent is not None:
-        return _State("True", BUDGET_EXHAUSTED, spent)
+        return _State("True", reasons.BUDGET_EXHAUSTED, spent)
     limits = _limits(budget)
     return _State(
-        "False", WITHIN_BUDGET, f"within the budget ({limits})" if limits else "no budget limits this session"
+        "False",
+        reasons.WITHIN_BUDGET,
+        f"within the budget ({limits})" if limits else "no budget limits this session",
     )
 
 
@@ -462,7 +437,7 @@ def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation
     start = known.model_dump(include=_START_FIELDS, exclude_none=True) if known is not None else {}
     if pod is None:
         return StartupTimings(**start) if start else None
-    created = _parse_time(pod["metadata"].get("creationTimestamp"))
+    created = parse_time(pod["metadata"].get("creationTimestamp"))
     by_type = {c.type: c for c in conditions}
 
     def when_true(kind: ConditionType) -> datetime | None:
@@ -484,7 +459,7 @@ def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation
 def start_due(obs: Observation) -> bool:
     """Whether agentctl is ready and ACP must be started (or started again) on the observed pod."""
     agentctl = _agentctl_ready(obs, obs.pod, _scheduled(obs, obs.pod))
-    return _agent_initialized(obs, obs.pod, agentctl).reason in START_DUE
+    return reasons.is_in(_agent_initialized(obs, obs.pod, agentctl).reason, reasons.START_DUE)
 
 
 def map_status(obs: Observation) -> AgentSessionStatus:
@@ -496,9 +471,9 @@ def map_status(obs: Observation) -> AgentSessionStatus:
         "AgentctlReady": agentctl,
         "AgentInitialized": _agent_initialized(obs, pod, agentctl),
         "Suspended": (
-            _State("True", "Suspended", "spec.suspend is true: no pod runs; the workspace is kept")
+            _State("True", reasons.SUSPENDED, "spec.suspend is true: no pod runs; the workspace is kept")
             if obs.suspend
-            else _State("False", "Active", "the session runs a pod")
+            else _State("False", reasons.ACTIVE, "the session runs a pod")
         ),
     }
     states["Ready"] = _summary(obs, states)
@@ -522,7 +497,7 @@ def map_status(obs: Observation) -> AgentSessionStatus:
         podUID=pod["metadata"].get("uid") if pod else None,
         podIP=pod_ip,
         agentctlEndpoint=f"http://{pod_ip}:{obs.agentctl_port}" if pod_ip else None,
-        startTime=_parse_time(pod_status.get("startTime")),
+        startTime=parse_time(pod_status.get("startTime")),
         readyTime=ready.lastTransitionTime if ready.status == "True" else None,
         restartCount=restarts,
         podsCreated=obs.previous.podsCreated,

@@ -9,61 +9,45 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentsession.api import reasons
 from agentsession.api.egress import BUDGET_CONDITION
 from agentsession.api.models import AgentSessionStatus
 from agentsession.contract.wire import DrainResponse
-from agentsession.controller.rejections import QUOTA_REASON
-from agentsession.controller.status_mapper import (
-    EGRESS_PROXY_UNAVAILABLE,
-    FAILED_REASONS,
-    IMAGE_PULL_REASONS,
-    KUBELET_CACHE_LAG,
-    NODE_NOT_READY,
-)
+from agentsession.controller.status_mapper import KUBELET_CACHE_LAG
 
-WARNING_REASONS = (
-    FAILED_REASONS
-    | IMAGE_PULL_REASONS
-    | {
-        "Unschedulable",
-        "ProbeFailing",
-        "InitializeFailed",
-        "AgentExited",
-        QUOTA_REASON,
-        "PodDeleted",
-        "AgentctlRestarted",
-        "AgentRestarted",
-        NODE_NOT_READY,
-        EGRESS_PROXY_UNAVAILABLE,
-    }
-)
 BUDGET_RAISED = "BudgetRaised"
 
 
 @dataclass(frozen=True)
-class EventRecord:
-    type: str  # "Normal" or "Warning"
+class Event:
+    """A Kubernetes Event the operator posts about a session: of a status change here, or of an act of the plan."""
+
+    type: str  # Normal | Warning
     reason: str
     message: str
 
 
-def status_events(previous: AgentSessionStatus, current: AgentSessionStatus) -> list[EventRecord]:
+def status_events(previous: AgentSessionStatus, current: AgentSessionStatus) -> list[Event]:
     """The Events of one status change: the phase change first, then warnings not told by it."""
-    events: list[EventRecord] = []
+    events: list[Event] = []
     ready = current.condition("Ready")
     if ready is not None and current.phase is not None and current.phase != previous.phase:
-        kind = "Warning" if ready.reason in WARNING_REASONS or current.phase == "Failed" else "Normal"
-        events.append(EventRecord(kind, ready.reason, _phase_message(current, ready.message)))
+        kind = (
+            "Warning"
+            if reasons.is_in(ready.reason, reasons.WARNING) or current.phase == "Failed"
+            else "Normal"
+        )
+        events.append(Event(kind, ready.reason, _phase_message(current, ready.message)))
     told = {event.reason for event in events}
     for condition in current.conditions:
         before = previous.condition(condition.type)
-        if condition.reason not in WARNING_REASONS or condition.reason in told:
+        if not reasons.is_in(condition.reason, reasons.WARNING) or condition.reason in told:
             continue
         if KUBELET_CACHE_LAG.match(condition.message):
             continue  # the kubelet catching up with a Secret that exists: the session is only Starting
         if before is not None and before.reason == condition.reason:
             continue
-        events.append(EventRecord("Warning", condition.reason, f"{condition.type}: {condition.message}"))
+        events.append(Event("Warning", condition.reason, f"{condition.type}: {condition.message}"))
         told.add(condition.reason)
     budget = _budget_event(previous, current)
     if budget is not None:
@@ -71,20 +55,20 @@ def status_events(previous: AgentSessionStatus, current: AgentSessionStatus) -> 
     return events
 
 
-def _budget_event(previous: AgentSessionStatus, current: AgentSessionStatus) -> EventRecord | None:
+def _budget_event(previous: AgentSessionStatus, current: AgentSessionStatus) -> Event | None:
     """A Warning naming the limit when the budget is spent, a Normal one when it is raised past the usage."""
     before, after = previous.condition(BUDGET_CONDITION), current.condition(BUDGET_CONDITION)
     was = before is not None and before.status == "True"
     if after is None or (after.status == "True") == was:
         return None
     if after.status == "True":
-        return EventRecord(
+        return Event(
             "Warning",
             after.reason,
             f"budget exhausted: {after.message}; model calls are refused and the running turn is cancelled; "
             "raise spec.budget to go on",
         )
-    return EventRecord("Normal", BUDGET_RAISED, f"the budget allows model calls again: {after.message}")
+    return Event("Normal", BUDGET_RAISED, f"the budget allows model calls again: {after.message}")
 
 
 def _phase_message(status: AgentSessionStatus, why: str) -> str:
@@ -94,12 +78,12 @@ def _phase_message(status: AgentSessionStatus, why: str) -> str:
     return f"{status.phase}: {why}"
 
 
-def drain_event(result: DrainResponse) -> EventRecord | None:
+def drain_event(result: DrainResponse) -> Event | None:
     """How a drain before a pod's deletion ended; nothing to tell when no turn was running."""
     if result.outcome == "idle":
         return None
     if result.outcome == "finished":
-        return EventRecord(
+        return Event(
             "Normal",
             "TurnFinished",
             f"the running turn finished {result.waited_seconds:.1f}s into the drain "
@@ -111,7 +95,7 @@ def drain_event(result: DrainResponse) -> EventRecord | None:
         if permissions
         else ""
     )
-    return EventRecord(
+    return Event(
         "Warning",
         "TurnCancelled",
         f"the turn was still running at lifecycle.drainTimeout ({result.timeout_seconds:g}s) and was "

@@ -16,9 +16,9 @@ import asyncio
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
+from agentsession.api.manifest import Key
 from agentsession.kube.errors import KubeError
 
-Key = tuple[str, str]
 # Well within a kubelet's probe timeout (the chart's is 10 s): the probe answers even when the API hangs.
 LISTING_TIMEOUT_SECONDS = 4.0
 

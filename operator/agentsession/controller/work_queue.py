@@ -11,9 +11,9 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
+from agentsession.api.manifest import Key
 from agentsession.tasks import Supervisor
 
-Key = tuple[str, str]
 ReconcileFn = Callable[[str, str], Awaitable[float | None]]
 
 log = logging.getLogger(__name__)

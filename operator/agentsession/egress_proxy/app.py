@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from agentsession.egress_proxy import forward, git_route, metrics, model_route
 from agentsession.egress_proxy.state import PROXY, Proxy
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @web.middleware

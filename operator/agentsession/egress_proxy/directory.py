@@ -25,7 +25,7 @@ from agentsession.api.egress import (
     NetworkSpec,
     Usage,
 )
-from agentsession.api.manifest import Manifest
+from agentsession.api.manifest import Key, Manifest
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError, NotFound
 from agentsession.kube.informer import Handler, Informer
@@ -34,7 +34,6 @@ from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]
 M = TypeVar("M", bound=BaseModel)
 # Digests of pods that went away, so their phantoms are refused as revoked rather than unknown.
 REVOKED_REMEMBERED: Final = 10_000

@@ -16,8 +16,9 @@ from decimal import Decimal
 from typing import Final
 
 from agentsession.api.egress import Usage, usd, usd_text
+from agentsession.api.manifest import Key
 from agentsession.egress_proxy import metrics
-from agentsession.egress_proxy.directory import Key, SessionInfo
+from agentsession.egress_proxy.directory import SessionInfo
 from agentsession.egress_proxy.prices import Tokens
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound

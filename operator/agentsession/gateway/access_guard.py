@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable
 
 from aiohttp import WSCloseCode
 
+from agentsession.api.manifest import Key
 from agentsession.gateway import metrics
 from agentsession.gateway.auth import Authenticator, AuthError, token_expiry
 from agentsession.gateway.connection import CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, Connection
 from agentsession.gateway.events import ErrorCode, Failure
-from agentsession.gateway.watch_cache import Key
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agentsession.agentctl_client import AgentctlApi, AgentctlConnector, AgentctlError
-from agentsession.api.manifest import Manifest
+from agentsession.api.manifest import Key, Manifest
 from agentsession.contract.live_state import LiveState, after_entry
 from agentsession.contract.wire import StatusResponse
 from agentsession.gateway.codec import utf8_size
@@ -37,7 +37,7 @@ from agentsession.gateway.upstream import (
     ShellStream,
     UpdateStream,
 )
-from agentsession.gateway.watch_cache import Key, SessionCache
+from agentsession.gateway.watch_cache import SessionCache
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError
 from agentsession.kube.resources import AGENT_SESSIONS

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from agentsession.agentctl_client import AgentctlApi, AgentctlError
+from agentsession.api.manifest import Key
 from agentsession.gateway import commands as c
 from agentsession.gateway import metrics
 from agentsession.gateway.agents import AgentRegistry, split_id
@@ -24,7 +25,6 @@ from agentsession.gateway.events import (
 )
 from agentsession.gateway.status import budget_state
 from agentsession.gateway.upstream import request_error
-from agentsession.gateway.watch_cache import Key
 from agentsession.kube.views import SessionView
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from agentsession.api import reasons
 from agentsession.api.egress import BUDGET_CONDITION
 from agentsession.api.manifest import Manifest
 from agentsession.contract.live_state import LiveState
@@ -62,8 +63,9 @@ def derive_status(session: SessionView, live: LiveState | None) -> tuple[AgentSt
         ready = session.condition("Ready")
         return "failed", (ready.message or ready.reason if ready else None) or "the agent's pod failed"
     initialized = session.condition("AgentInitialized")
-    if initialized is not None and initialized.reason == "InitializeFailed":
-        return "failed", initialized.message or "ACP initialization failed"
+    shown = reasons.client_error(initialized.reason) if initialized is not None else None
+    if initialized is not None and shown is not None:
+        return "failed", initialized.message or shown
     if not session.condition_true("Ready"):
         return "initializing", None
     if live is not None:

@@ -8,9 +8,9 @@ Envelope: `{"id", "type": "request|response|notification|error", "action", "payl
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
+from agentsession.api.times import utc_now
 from agentsession.gateway import commands as c
 from agentsession.gateway.codec import Frame, parse_object, string_field
 from agentsession.gateway.commands import Command
@@ -59,7 +59,7 @@ _CODES = {ErrorCode.INVALID_JSON: "BAD_REQUEST"}
 
 
 def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return utc_now("milliseconds")
 
 
 def envelope(kind: str, action: str, payload: dict[str, Any], msg_id: str | None = None) -> Frame:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from agentsession.api.manifest import Manifest
+from agentsession.api.manifest import Key, Manifest
 from agentsession.gateway import metrics
 from agentsession.kube.client import Kube
 from agentsession.kube.informer import Informer
@@ -20,7 +20,6 @@ from agentsession.kube.resources import AGENT_SESSIONS
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]
 # (event type ADDED|MODIFIED|DELETED, previous object or None, current object)
 Listener = Callable[[str, Manifest | None, Manifest], None]
 

@@ -15,10 +15,10 @@ import itertools
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from agentsession.api.manifest import Manifest
+from agentsession.api.times import utc_now
 from agentsession.kube.client import Listing, WatchEvent, WatchType
 from agentsession.kube.errors import KubeError, error_from_status
 from agentsession.kube.resources import Resource, resource_of
@@ -77,7 +77,7 @@ def _matches(obj: Manifest, field_selector: str | None, label_selector: str | No
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return utc_now("seconds")
 
 
 class FakeKube:

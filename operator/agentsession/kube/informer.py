@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from typing import Final
 
-from agentsession.api.manifest import Manifest
+from agentsession.api.manifest import Key, Manifest
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Gone
 from agentsession.kube.resources import Resource
@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 
 # (ADDED | MODIFIED | DELETED, the object): what the owner applies to its own index.
 Handler = Callable[[str, Manifest], None]
-Key = tuple[str, str]
 BACKOFF_FIRST: Final = 0.2
 
 

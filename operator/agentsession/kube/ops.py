@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from datetime import UTC, datetime
 
 from agentsession.api.constants import TOKEN_KEY
 from agentsession.api.manifest import Manifest
+from agentsession.api.times import utc_now
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.resources import resource_of
@@ -36,7 +36,7 @@ async def create_or_read(kube: Kube, manifest: Manifest) -> tuple[Manifest, bool
 def event_manifest(
     involved: Manifest, event_type: str, reason: str, message: str, component: str
 ) -> Manifest:
-    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    now = utc_now("auto")
     # Named like client-go's recorder (name.<unix nanoseconds in hex>): timestamps keep only seconds, and the
     # name keeps a session's events in the order they happened.
     return {

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentsession.api import reasons
 from agentsession.api.constants import KIND
-from agentsession.api.manifest import Manifest
+from agentsession.api.manifest import Key, Manifest
 from agentsession.api.models import AgentSessionStatus, Condition, ConditionType
 from agentsession.api.session_ref import SessionRef
 
@@ -37,7 +38,7 @@ class _Meta:
         return str(self.meta.get("name") or "")
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> Key:
         return (self.namespace, self.name)
 
     @property
@@ -126,10 +127,10 @@ class PodView(ChildView):
 
     @property
     def failed_reason(self) -> str | None:
-        """Why the pod failed (its status reason, else "Failed"); None while it has not failed."""
+        """Why the pod failed (its status reason, else PodFailed); None while it has not failed."""
         if self.phase != "Failed":
             return None
-        return str((self.body.get("status") or {}).get("reason") or "Failed")
+        return str((self.body.get("status") or {}).get("reason") or reasons.POD_FAILED)
 
     @property
     def ip(self) -> str | None:

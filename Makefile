@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench soak scale crd mutation console-assets
+.PHONY: venv test unit lint typecheck cluster-up cluster-down cluster-kubeconfig image agent-images demo bench soak scale crd mutation console-assets plugin
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,13 @@ unit: $(STAMP)
 # Regenerates crds/agentsessions.yaml and crds/agentsessionpools.yaml from the pydantic models.
 crd: $(STAMP)
 	$(PY) -m agentsession.api.crd crds
+
+# `kubectl agentsession` as one file to copy onto the PATH (docs/kubectl-plugin.md): a zipapp of
+# operator/agentsession/kubectl_plugin that the python3 on the PATH runs (3.11+, with aiohttp and kubernetes).
+# It needs no virtualenv to build.
+PLUGIN := build/kubectl-agentsession
+plugin:
+	PYTHONPATH=operator $(PYTHON) -m agentsession.kubectl_plugin.build $(PLUGIN)
 
 cluster-up:
 	hack/cluster/up.sh

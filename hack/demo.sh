@@ -280,7 +280,7 @@ if [ -n "$pf_pid" ]; then
 else
   say "web console: open $console from a node of the cluster  ($token_step)"
 fi
-# The plugin: .venv/bin/kubectl-agentsession, or operator/agentsession/kubectl_plugin.py copied onto the PATH.
+# The plugin: .venv/bin/kubectl-agentsession, or build/kubectl-agentsession (`make plugin`) copied onto the PATH.
 say "kubectl plugin (it finds the gateway's Service and port-forwards by itself):"
 say "  export PATH=\"$ROOT/.venv/bin:\$PATH\""
 say "  kubectl agentsession attach $SESSION -n $DEMO_NS$as_user"

@@ -21,7 +21,10 @@ from typing import Any
 
 import aiohttp
 
-from agentsession.kubectl_plugin import PluginError, choose_option, describe_update, ws_connect
+from agentsession.kubectl_plugin.client import ws_connect
+from agentsession.kubectl_plugin.conversation import choose_option
+from agentsession.kubectl_plugin.errors import PluginError
+from agentsession.kubectl_plugin.render import describe_update
 
 SUBPROTOCOL = "agent-lifecycle.v1"
 DONE = {"ready", "completed"}

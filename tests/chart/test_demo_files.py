@@ -25,11 +25,16 @@ def test_make_demo_runs_the_script() -> None:
 
 
 def test_demo_client_speaks_through_the_plugins_protocol_code() -> None:
-    from agentsession import kubectl_plugin
+    from agentsession.kubectl_plugin import client as plugin_client
+    from agentsession.kubectl_plugin import conversation, render
 
     client = _client()
-    for shared in ("describe_update", "choose_option", "ws_connect"):
-        assert getattr(client, shared) is getattr(kubectl_plugin, shared), shared
+    for shared, home in (
+        ("describe_update", render),
+        ("choose_option", conversation),
+        ("ws_connect", plugin_client),
+    ):
+        assert getattr(client, shared) is getattr(home, shared), shared
 
 
 def test_demo_ends_with_the_web_console_and_the_plugin() -> None:

@@ -25,7 +25,7 @@ from tests.component.test_gateway_fuzz import NS, session
 from tests.gateway.test_console import browser
 from tests.support.fake_api import FakeApi
 from tests.support.gateway import GatewayProcess, gateway_process
-from tests.support.plugin import PLUGIN_SOURCE
+from tests.support.plugin import built_plugin
 
 __all__ = ["browser"]
 
@@ -56,7 +56,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[GatewayProcess]:
 async def plugin(gateway: GatewayProcess, *args: str) -> str:
     """`kubectl agentsession ARGS` (the plugin's one file, run as kubectl runs it), with stdin at its end."""
     # A token of its own: the gateway in dev mode takes any, and no kubeconfig the environment names is asked.
-    command = [sys.executable, str(PLUGIN_SOURCE), *args, NAME, "-n", NS, "--gateway", gateway.ws_url]
+    command = [sys.executable, str(built_plugin()), *args, NAME, "-n", NS, "--gateway", gateway.ws_url]
     command += ["--token", "dev-mode-takes-any"]
     done = await asyncio.to_thread(
         subprocess.run, command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=WAIT

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from agentsession.kubectl_plugin import GATEWAY_AUDIENCE
+from agentsession.kubectl_plugin.names import GATEWAY_AUDIENCE
 from tests.gateway.conftest import GatewayProcess, service_account_token
 from tests.support.kube import Sessions
 from tests.support.plugin import PluginRun, install_plugin, plugin_path, run_plugin

@@ -35,7 +35,7 @@ from tests.component.conftest import Agentctl, wait_until
 from tests.conftest import require_tool
 from tests.support.fake_api import FakeApi, User, session_manifest
 from tests.support.gateway import Client, GatewayProcess, gateway_process
-from tests.support.plugin import PLUGIN_SOURCE
+from tests.support.plugin import built_plugin
 from tests.support.release_key import token_of
 
 NS = "team"
@@ -469,7 +469,7 @@ async def run_plugin_file(*args: str, kubeconfig: Path) -> subprocess.CompletedP
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     env.pop("AGENTSESSION_TOKEN", None)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(PLUGIN_SOURCE), *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        sys.executable, str(built_plugin()), *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     return subprocess.CompletedProcess(args, proc.returncode or 0, out.decode(), err.decode())

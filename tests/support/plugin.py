@@ -1,25 +1,37 @@
-"""`kubectl agentsession` for tests: the plugin installed as its docs say (one file copied onto the PATH as
-`kubectl-agentsession`) and run through kubectl as a real process, its output kept so a test can wait for a line."""
+"""`kubectl agentsession` for tests: the plugin built as `make plugin` builds it, installed as its docs say (the
+one file copied onto the PATH as `kubectl-agentsession`) and run through kubectl as a real process, its output kept
+so a test can wait for a line."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
+from agentsession.kubectl_plugin import build
 
-PLUGIN_SOURCE = REPO_ROOT / "operator" / "agentsession" / "kubectl_plugin.py"
+# The folders of built plugins, removed when the test run ends.
+_BUILT: list[tempfile.TemporaryDirectory[str]] = []
+
+
+@functools.cache
+def built_plugin() -> Path:
+    """The plugin's one file, built once per test run by the code `make plugin` runs."""
+    folder = tempfile.TemporaryDirectory(prefix="kubectl-agentsession-")
+    _BUILT.append(folder)
+    return build.build(Path(folder.name) / "kubectl-agentsession")
 
 
 def install_plugin(bin_dir: Path) -> Path:
     """Copies the plugin's one file into `bin_dir` as an executable `kubectl-agentsession`."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     target = bin_dir / "kubectl-agentsession"
-    shutil.copyfile(PLUGIN_SOURCE, target)
+    shutil.copyfile(built_plugin(), target)
     target.chmod(0o755)
     return target
 

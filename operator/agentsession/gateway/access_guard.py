@@ -22,7 +22,7 @@ from agentsession.gateway import metrics
 from agentsession.gateway.auth import Authenticator, AuthError, token_expiry
 from agentsession.gateway.connection import CLOSE_FORBIDDEN, CLOSE_UNAUTHORIZED, Connection
 from agentsession.gateway.events import ErrorCode, Failure
-from agentsession.gateway.watch_cache import Key
+from agentsession.gateway.sessions import Key
 
 log = logging.getLogger(__name__)
 

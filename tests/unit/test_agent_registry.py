@@ -40,7 +40,7 @@ def endpoint(pod_ip: str) -> str:
 
 
 def status(*, ready: bool, pod_uid: str = "pod-1", pod_ip: str = "10.0.0.7", phase: str | None = None,
-           message: str = "") -> dict[str, Any]:  # fmt: skip
+           message: str = "", observed: int | None = None) -> dict[str, Any]:  # fmt: skip
     def condition(kind: str, true: bool) -> dict[str, Any]:
         reason = {True: "Ready", False: "Starting"}[true]
         return {
@@ -58,6 +58,7 @@ def status(*, ready: bool, pod_uid: str = "pod-1", pod_ip: str = "10.0.0.7", pha
         "podIP": pod_ip,
         "agentctlEndpoint": endpoint(pod_ip) if ready else None,
         "acp": {"sessionId": "acp-1", "currentModeId": "code"} if ready else None,
+        "observedGeneration": observed,
     }
 
 
@@ -396,3 +397,28 @@ async def test_a_deleted_session_is_announced_and_its_stream_closed(gateway: Gat
     removed = next(e for e in gateway.client.events if isinstance(e, AgentRemoved))
     assert removed.info["status"] == "killed"
     assert KEY not in gateway.registry.links.runtimes
+
+
+async def test_a_resume_waits_for_the_operator_to_see_it_not_for_the_status_from_before(
+    gateway: Gateway,
+) -> None:
+    """Resumed while the operator still drains and deletes the suspended pod: the status from before the suspend
+    (Ready, the old pod's agentctl) is out of date; the session serves once the operator wrote one that saw the
+    resume. Served from the old status, a client got `ready` from a pod about to go, then `initializing` for as
+    long as the new pod took to start."""
+    await gateway.session(ready=True)
+    await until("connected", gateway.connected)
+    await gateway.operator_writes(ready=True, observed=1)
+    await gateway.registry.lifecycle.suspend(gateway.registry.session(KEY))
+    await until("seen suspended", lambda: gateway.registry.session(KEY).view.suspended)
+    # The operator has not written since: the status still says Ready, for the generation before the suspend.
+    resuming = asyncio.create_task(gateway.registry.lifecycle.start_and_wait(KEY))
+    await until("resumed", lambda: not gateway.registry.session(KEY).view.suspended)
+    for _ in range(50):  # every chance to (wrongly) take the old status
+        await asyncio.sleep(0)
+    assert not resuming.done(), "the resume was served from the status written before it"
+    generation = gateway.registry.session(KEY).view.generation
+    await gateway.operator_writes(ready=True, pod_uid="pod-2", pod_ip="10.0.0.8", observed=generation)
+    async with asyncio.timeout(5):
+        await resuming
+    assert gateway.registry.links.runtimes[KEY].endpoint_key == (endpoint("10.0.0.8"), "pod-2")

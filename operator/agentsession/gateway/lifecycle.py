@@ -27,14 +27,18 @@ def _patch_failed(verb: str, key: Key, error: KubeError) -> RequestError:
     )
 
 
-def _serving(session: Session | None) -> bool:
-    """Whether a resumed session can serve (or never will: it is gone or failed)."""
+def _serving(session: Session | None, resumed_at: int) -> bool:
+    """Whether a session resumed at generation `resumed_at` (0: not resumed) can serve, or never will (it is gone
+    or failed). A status the operator wrote before it saw the resume does not count: written while it still drained
+    and deleted the suspended pod, it says Ready for a pod about to go."""
     if session is None:
         return True
     view = session.view
-    return (
-        not view.suspended and session.agentctl_ready and session.initialized
-    ) or view.status.phase == "Failed"
+    seen = view.status.observedGeneration
+    if seen is not None and seen < resumed_at:
+        return False
+    ready = not view.suspended and session.agentctl_ready and session.initialized
+    return ready or view.status.phase == "Failed"
 
 
 class Lifecycle:
@@ -67,11 +71,13 @@ class Lifecycle:
         if not task.cancelled():
             task.exception()
 
-    async def _patch(self, key: Key, verb: str, *, suspend: bool) -> None:
+    async def _patch(self, key: Key, verb: str, *, suspend: bool) -> int:
+        """Sets `spec.suspend`; answers the generation it made."""
         try:
-            await self.kube.patch(AGENT_SESSIONS, key[0], key[1], {"spec": {"suspend": suspend}})
+            patched = await self.kube.patch(AGENT_SESSIONS, key[0], key[1], {"spec": {"suspend": suspend}})
         except KubeError as exc:
             raise _patch_failed(verb, key, exc) from exc
+        return int((patched.get("metadata") or {}).get("generation") or 0)
 
     async def _start_and_wait(self, key: Key) -> None:
         session = self.cache.session(key)
@@ -81,10 +87,9 @@ class Lifecycle:
             )
         if session.view.deleting:
             raise RequestError(ErrorCode.CONFLICT, f"{session.id} is being deleted")
-        if session.view.suspended:
-            await self._patch(key, "resume", suspend=False)
+        resumed_at = await self._patch(key, "resume", suspend=False) if session.view.suspended else 0
         try:
-            current = await self.cache.wait_for(key, _serving, self.init_timeout)
+            current = await self.cache.wait_for(key, lambda s: _serving(s, resumed_at), self.init_timeout)
         except TimeoutError:
             last = self.cache.session(key)
             summary = last.view.condition("Ready") if last is not None else None

@@ -13,7 +13,11 @@ import pytest
 from agentsession.agentctl_client import AgentctlApi
 from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector, FakeTurn
 from agentsession.api.constants import API_VERSION, KIND
+from agentsession.api.models import AgentSessionStatus
 from agentsession.contract.wire import StartRequest
+from agentsession.gateway.auth import Identity
+from agentsession.gateway.connection import Connection
+from agentsession.gateway.lifecycle_dialect import LifecycleCodec
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.events import (
     AgentctlReady,
@@ -451,3 +455,44 @@ async def test_a_refresh_answered_after_newer_entries_still_says_the_agent_runs(
     await until("the entry delivered", lambda: bool(gateway.client.updates()))
     release.set()
     await until("ready", lambda: gateway.info()["status"] == "ready")
+
+
+async def test_a_watch_event_reads_the_status_once(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its status change, the stream it converges and the requests after it all share one reading of the version."""
+    await gateway.session(ready=True)
+    await until("connected", gateway.connected)
+    reads: list[object] = []
+    validate = AgentSessionStatus.model_validate
+
+    def counted(*args: Any, **kwargs: Any) -> AgentSessionStatus:
+        reads.append(args[0])
+        return validate(*args, **kwargs)
+
+    monkeypatch.setattr(AgentSessionStatus, "model_validate", counted)
+    published = len(gateway.client.phases())
+    await gateway.operator_writes(ready=True, phase="Ready", message="one more")
+    await until("published", lambda: len(gateway.client.phases()) > published)
+    await gateway.ready_client()
+    gateway.info()
+    assert len(reads) == 1
+
+
+async def test_a_connection_asks_its_access_to_a_namespace_once() -> None:
+    asked: list[tuple[str, str]] = []
+    answer = asyncio.Event()
+
+    class Auth:
+        async def allowed(self, identity: Any, namespace: str, verb: str, name: str = "") -> bool:
+            asked.append((namespace, verb))
+            await answer.wait()
+            return namespace == "team"
+
+    conn = Connection(None, LifecycleCodec(), Identity("u", "uid"), Auth())  # type: ignore[arg-type]
+    conn.admitted({"other": False})
+    waiting = [asyncio.create_task(conn.authorize_namespace("team")) for _ in range(3)]
+    await until("asked", lambda: bool(asked))
+    answer.set()
+    assert await asyncio.gather(*waiting) == [True, True, True]
+    assert await conn.authorize_namespace("team") is True
+    assert await conn.authorize_namespace("other") is False  # what admission learnt
+    assert asked == [("team", "get")]

@@ -15,10 +15,9 @@ from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnecto
 from agentsession.api.constants import API_VERSION, KIND
 from agentsession.api.models import AgentSessionStatus
 from agentsession.contract.wire import StartRequest
+from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.auth import Identity
 from agentsession.gateway.connection import Connection
-from agentsession.gateway.lifecycle_dialect import LifecycleCodec
-from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.events import (
     AgentctlReady,
     AgentRemoved,
@@ -28,6 +27,7 @@ from agentsession.gateway.events import (
     Event,
     RequestError,
 )
+from agentsession.gateway.lifecycle_dialect import LifecycleCodec
 from agentsession.gateway.watch_cache import SessionCache
 from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS

@@ -428,35 +428,6 @@ async def test_a_resume_waits_for_the_operator_to_see_it_not_for_the_status_from
     assert gateway.registry.links.runtimes[KEY].endpoint_key == (endpoint("10.0.0.8"), "pod-2")
 
 
-async def test_a_refresh_answered_after_newer_entries_still_says_the_agent_runs(
-    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The refresh that AgentInitialized brings answers after the stream delivered an entry the agent journaled
-    once started: its turn and mode are older than that entry, but not that the agent now runs, which the
-    stream's read at its connection ("stopped") is older than."""
-    first = agentctl_ready_only("Initializing", phase="Starting", acp=None)
-    await gateway.session()
-    await gateway.kube.patch(AGENT_SESSIONS, NS, NAME, {"status": first}, status=True)
-    await until("connected", gateway.connected)
-    agentctl = gateway.agentctl()
-    answered = agentctl.status
-    release, asked = asyncio.Event(), []
-
-    async def answering_late() -> Any:
-        answer = await answered()  # the state when asked
-        asked.append(True)
-        await release.wait()
-        return answer
-
-    monkeypatch.setattr(agentctl, "status", answering_late)
-    await gateway.operator_writes(ready=True)
-    await until("the refresh's status read", lambda: bool(asked))
-    agentctl.append("session_update", {"update": {"sessionUpdate": "available_commands_update"}})
-    await until("the entry delivered", lambda: bool(gateway.client.updates()))
-    release.set()
-    await until("ready", lambda: gateway.info()["status"] == "ready")
-
-
 async def test_a_watch_event_reads_the_status_once(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its status change, the stream it converges and the requests after it all share one reading of the version."""
     await gateway.session(ready=True)

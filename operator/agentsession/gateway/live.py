@@ -37,19 +37,6 @@ def _behind_journal(status: StatusResponse, delivered: JournalPosition) -> bool:
     )
 
 
-def _live_after(live: LiveState, status: StatusResponse, *, behind: bool) -> LiveState:
-    """The live state once agentctl's `status` is read; `behind` the entries already delivered, only its agent
-    state is news (unless an entry since said the agent failed)."""
-    if behind:
-        return live if live.agent_state == "error" else replace(live, agent_state=status.state)
-    return LiveState(
-        agent_state=status.state,
-        turn_running=status.acp.turn_running,
-        last_error=status.last_error,
-        current_mode_id=status.acp.current_mode_id or live.current_mode_id,
-    )
-
-
 @dataclass(eq=False)
 class AgentLink:
     key: Key
@@ -215,18 +202,21 @@ class AgentLinks:
         """agentctl's status, which becomes the live state unless the answer to a later read came first.
 
         The update stream's read (at its connection) and a refresh (when the agent is initialized) can be in flight
-        at once and answer out of order: the older answer ("stopped") would otherwise stay the live state of a
-        running agent, which clients would see as initializing until the stream next reconnects. A status from
-        before journal entries the stream has delivered (a turn running, then its end) is older than them in what
-        they tell (the turn, the mode, an agent's error), though still newer than the statuses read before it in
-        the agent's state."""
+        at once and answer out of order: the older answer ("starting") would otherwise stay the live state of a
+        running agent, which clients would see as initializing until the stream next reconnects. Likewise a status
+        from before journal entries the stream has delivered (a turn running, then its end) is older than them."""
         link.status_asked += 1
         asked = link.status_asked
         status = await client.status()
         current = self.runtimes.get(link.key) is link and link.client is client
-        if current and asked > link.status_applied:
+        if current and asked > link.status_applied and not _behind_journal(status, link.position):
             link.status_applied = asked
-            link.live = _live_after(link.live, status, behind=_behind_journal(status, link.position))
+            link.live = LiveState(
+                agent_state=status.state,
+                turn_running=status.acp.turn_running,
+                last_error=status.last_error,
+                current_mode_id=status.acp.current_mode_id or link.live.current_mode_id,
+            )
             self._listener.changed(link, time.monotonic())
         return status
 

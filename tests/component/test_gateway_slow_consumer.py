@@ -78,7 +78,7 @@ async def test_client_that_stops_reading_is_closed_as_slow_while_a_reading_clien
         sent = 0
         async with asyncio.timeout(WAIT):
             while not stalled_conn.dropped_slow and sent < MAX_BROADCASTS:
-                app[REGISTRY].broadcast(
+                app[REGISTRY].fanout.broadcast(
                     "ns", AgentStatusChanged("ns/a", {"status": "ready", "n": sent, "pad": PADDING})
                 )
                 sent += 1
@@ -96,7 +96,7 @@ async def test_client_that_stops_reading_is_closed_as_slow_while_a_reading_clien
         assert frames[-1]["payload"]["code"] == "slow_consumer"
 
         # The reading client is still served after the other was dropped, and missed nothing before.
-        app[REGISTRY].broadcast("ns", AgentStatusChanged("ns/a", {"status": "ready", "n": sent}))
+        app[REGISTRY].fanout.broadcast("ns", AgentStatusChanged("ns/a", {"status": "ready", "n": sent}))
         await reading.wait_for("the broadcast after the drop", lambda f: _status_n(f) == sent)
         numbers = [n for f in reading.frames if (n := _status_n(f)) is not None]
         assert numbers == list(range(sent + 1))

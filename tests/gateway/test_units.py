@@ -25,6 +25,8 @@ from agentsession.gateway.events import (
     ShellOutput,
 )
 from agentsession.gateway.lifecycle_dialect import LifecycleCodec
+from agentsession.gateway.replies import Initialized, Suspended
+from agentsession.gateway.sessions import Session
 from agentsession.gateway.status import (
     AGENT_INFO_FIELDS,
     CLUSTER_STATE_FIELDS,
@@ -94,7 +96,8 @@ def test_a_node_not_reporting_is_failed_with_the_reason_until_it_is_back() -> No
 
 def test_agent_info_has_exactly_the_protocol_fields() -> None:
     info = agent_info(
-        session(phase="Ready", ready=True, session_id="s1"), LiveState("running", current_mode_id="ask")
+        SessionView(session(phase="Ready", ready=True, session_id="s1")),
+        LiveState("running", current_mode_id="ask"),
     )
     assert tuple(info) == AGENT_INFO_FIELDS
     assert info["id"] == "ns/a"
@@ -104,10 +107,10 @@ def test_agent_info_has_exactly_the_protocol_fields() -> None:
 
 class _OneSession:
     def __init__(self, obj: dict[str, Any]) -> None:
-        self.obj = obj
+        self.one = Session.of(obj)
 
-    def get(self, key: Any) -> dict[str, Any]:
-        return self.obj
+    def session(self, key: Any) -> Session:
+        return self.one
 
     def add_listener(self, fn: Any) -> None:
         return None
@@ -130,15 +133,14 @@ class _OneSession:
     ],
 )  # fmt: skip
 def test_a_mode_update_is_the_live_mode(update: dict[str, Any]) -> None:
-    from agentsession.gateway.agents import AgentRegistry, Runtime
+    from agentsession.gateway.agents import AgentRegistry
 
     registry = AgentRegistry(_OneSession(session(phase="Ready", ready=True)), None, None, token_of)  # type: ignore[arg-type]
-    rt = Runtime(("ns", "a"))
+    rt = registry.links.link(("ns", "a"))
     rt.connected.set()
-    registry.runtimes[rt.key] = rt
     entry = {"seq": 1, "kind": "session_update", "notification": {"sessionId": "s1", "update": update}}
-    registry._on_entry(rt, entry)
-    info = registry.info(rt.key)
+    registry.links.on_entry(rt, entry)
+    info = registry.info(registry.session(rt.key))
     assert info is not None
     assert info["currentModeId"] == "ask"  # not "code", the mode the session started in
 
@@ -182,8 +184,7 @@ HISTORY = [
 
 
 def test_agent_initialized_and_agent_history_shapes() -> None:
-    reply = Reply(c.INITIALIZE, {"agentId": "ns/a", "info": {"id": "ns/a"}, "updates": HISTORY, "next": 2},
-                  request_id="r")  # fmt: skip
+    reply = Reply(c.INITIALIZE, Initialized("ns/a", {"id": "ns/a"}, HISTORY, 2), request_id="r")
     frame = LifecycleCodec().encode(reply)
     assert frame == {"type": "agent_initialized", "payload": {"agentId": "ns/a", "info": {"id": "ns/a"}, "updates": [
         {"agentId": "ns/a", "timestamp": "t1", "notification": {"n": 1}}], "next": 2, "requestId": "r"}}  # fmt: skip
@@ -223,7 +224,7 @@ def test_task_envelope_and_readiness_notification() -> None:
 def test_cluster_state_is_the_phase_conditions_and_startup_beside_agent_info() -> None:
     obj = session(phase="Starting")
     obj["status"].update(podName="a-agent", startup={"source": "Cold", "agentctlReadySeconds": 1.25})
-    state = cluster_state(obj)
+    state = cluster_state(SessionView(obj))
     assert tuple(state) == CLUSTER_STATE_FIELDS
     assert state["phase"] == "Starting"
     assert state["conditions"][0] == {"type": "Ready", "status": "False", "reason": "Starting", "message": "",
@@ -232,7 +233,7 @@ def test_cluster_state_is_the_phase_conditions_and_startup_beside_agent_info() -
         "a-agent",
         {"source": "Cold", "agentctlReadySeconds": 1.25},
     )
-    assert cluster_state({"metadata": {"namespace": "ns", "name": "new"}})["conditions"] == []
+    assert cluster_state(SessionView({"metadata": {"namespace": "ns", "name": "new"}}))["conditions"] == []
 
 
 USAGE = {"inputTokens": 1200, "outputTokens": 340, "cachedTokens": 5000, "requests": 3, "costUSD": "0.0123",
@@ -246,20 +247,20 @@ def _budget_condition(status: str, message: str = "") -> dict[str, Any]:
 
 def test_cluster_state_carries_usage_and_the_budget_condition() -> None:
     obj = session(phase="Ready", ready=True)
-    fresh = cluster_state(obj)
+    fresh = cluster_state(SessionView(obj))
     assert (fresh["usage"], fresh["budget_exhausted"], fresh["budget_message"]) == (None, False, None)
     obj["status"]["usage"] = USAGE
     obj["status"]["conditions"].append(_budget_condition("False"))
-    within = cluster_state(obj)
+    within = cluster_state(SessionView(obj))
     assert within["usage"] == USAGE, "status.usage as the proxy wrote it"
     assert (within["budget_exhausted"], within["budget_message"]) == (False, None)
     why = "3 model requests reached the budget of 3"
     obj["status"]["conditions"][-1] = _budget_condition("True", why)
-    spent = cluster_state(obj)
+    spent = cluster_state(SessionView(obj))
     assert (spent["budget_exhausted"], spent["budget_message"]) == (True, why)
     assert budget_state(SessionView(obj)) == (True, why)
     # Both dialects carry it with the rest of the cluster state.
-    changed = AgentStatusChanged("ns/a", agent_info(obj, None), 0.0, spent)
+    changed = AgentStatusChanged("ns/a", agent_info(SessionView(obj), None), 0.0, spent)
     assert (LifecycleCodec().encode(changed) or {})["payload"]["cluster"]["budget_exhausted"] is True
     assert (TaskCodec().encode(changed) or {})["payload"]["cluster"]["usage"] == USAGE
 
@@ -292,7 +293,7 @@ def test_suspend_and_the_cluster_state_in_both_dialects() -> None:
         "type": "session_state",
         "payload": {"agents": [{"id": "ns/a"}], "cluster": {"ns/a": cluster}},
     }
-    answered = lifecycle.encode(Reply(c.SUSPEND, {"agentId": "ns/a", "suspended": True}, "r"))
+    answered = lifecycle.encode(Reply(c.SUSPEND, Suspended("ns/a"), "r"))
     assert answered == {"type": "ack", "payload": {"requestType": "suspend_agent", "requestId": "r",
                                                    "agentId": "ns/a", "suspended": True}}  # fmt: skip
 

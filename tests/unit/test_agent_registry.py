@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 
+from agentsession.agentctl_client import AgentctlApi
 from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector, FakeTurn
 from agentsession.api.constants import API_VERSION, KIND
+from agentsession.api.models import AgentSessionStatus
 from agentsession.contract.wire import StartRequest
 from agentsession.gateway.agents import AgentRegistry
+from agentsession.gateway.auth import Identity
+from agentsession.gateway.connection import Connection
 from agentsession.gateway.events import (
     AgentctlReady,
     AgentRemoved,
@@ -23,6 +27,7 @@ from agentsession.gateway.events import (
     Event,
     RequestError,
 )
+from agentsession.gateway.lifecycle_dialect import LifecycleCodec
 from agentsession.gateway.watch_cache import SessionCache
 from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS
@@ -39,7 +44,7 @@ def endpoint(pod_ip: str) -> str:
 
 
 def status(*, ready: bool, pod_uid: str = "pod-1", pod_ip: str = "10.0.0.7", phase: str | None = None,
-           message: str = "") -> dict[str, Any]:  # fmt: skip
+           message: str = "", observed: int | None = None) -> dict[str, Any]:  # fmt: skip
     def condition(kind: str, true: bool) -> dict[str, Any]:
         reason = {True: "Ready", False: "Starting"}[true]
         return {
@@ -57,6 +62,7 @@ def status(*, ready: bool, pod_uid: str = "pod-1", pod_ip: str = "10.0.0.7", pha
         "podIP": pod_ip,
         "agentctlEndpoint": endpoint(pod_ip) if ready else None,
         "acp": {"sessionId": "acp-1", "currentModeId": "code"} if ready else None,
+        "observedGeneration": observed,
     }
 
 
@@ -115,8 +121,14 @@ class Gateway:
         self.registry.subscribers.add(self.client)
 
     def connected(self) -> bool:
-        runtime = self.registry.runtimes.get(KEY)
+        runtime = self.registry.links.runtimes.get(KEY)
         return runtime is not None and runtime.connected.is_set()
+
+    def info(self) -> dict[str, Any]:
+        return self.registry.info(self.registry.session(KEY))
+
+    async def ready_client(self) -> AgentctlApi:
+        return await self.registry.links.ready_client(self.registry.session(KEY))
 
     def agentctl(self, pod_ip: str = "10.0.0.7") -> FakeAgentctl:
         return self.agentctls.agent(endpoint(pod_ip))
@@ -147,7 +159,7 @@ async def test_readiness_is_announced_and_the_update_stream_opened(gateway: Gate
     # The token derived from the release key, as the operator derives what it writes: no Secret is read.
     assert gateway.agentctls.connections[0] == (endpoint("10.0.0.7"), token_of(NS, NAME))
     assert gateway.kube.verbs("Secret") == []
-    assert (await gateway.registry.ready_client(KEY)).endpoint == endpoint("10.0.0.7")
+    assert (await gateway.ready_client()).endpoint == endpoint("10.0.0.7")
 
 
 async def test_a_new_phase_is_published_with_its_conditions_though_the_status_stays(gateway: Gateway) -> None:
@@ -204,7 +216,7 @@ async def test_an_older_status_answering_last_does_not_undo_a_newer_one(
     await until("the refresh's status read", lambda: len(asked) == 2)
     release.set()
     await until("connected", gateway.connected)
-    await until("ready", lambda: (gateway.registry.info(KEY) or {}).get("status") == "ready")
+    await until("ready", lambda: gateway.info()["status"] == "ready")
 
 
 async def test_a_status_from_before_the_journal_delivered_does_not_undo_it(
@@ -242,7 +254,7 @@ async def test_a_status_from_before_the_journal_delivered_does_not_undo_it(
     await until("the turn's end delivered", lambda: gateway.client.statuses()[-1:] == ["ready"])
     release.set()
     await until("the late answer", lambda: bool(returned))
-    assert gateway.registry.info(KEY)["status"] == "ready"  # type: ignore[index]
+    assert gateway.info()["status"] == "ready"
     assert gateway.client.statuses()[-1] == "ready"
 
 
@@ -251,7 +263,7 @@ async def test_a_turn_is_fanned_out_between_processing_and_ready(gateway: Gatewa
     await until("ready", lambda: gateway.client.statuses()[-1:] == ["ready"])
     agentctl = gateway.agentctl()
     await until("stream open", lambda: gateway.connected())
-    await (await gateway.registry.ready_client(KEY)).prompt("hello")
+    await (await gateway.ready_client()).prompt("hello")
     await until(
         "turn over", lambda: gateway.client.statuses()[-1:] == ["ready"] and bool(gateway.client.updates())
     )
@@ -329,7 +341,7 @@ async def test_a_replaced_pod_moves_the_stream_to_the_new_agentctl(gateway: Gate
 async def test_initialize_resumes_a_suspended_session_once_for_concurrent_callers(gateway: Gateway) -> None:
     await gateway.session(suspend=True)
     await until("cached", lambda: gateway.cache.get(KEY) is not None)
-    waiters = [asyncio.create_task(gateway.registry.start_and_wait(KEY)) for _ in range(3)]
+    waiters = [asyncio.create_task(gateway.registry.lifecycle.start_and_wait(KEY)) for _ in range(3)]
     await until("resumed", lambda: "patch AgentSession s1" in gateway.kube.verbs())
     await gateway.operator_writes(ready=True)
     await asyncio.gather(*waiters)
@@ -341,21 +353,21 @@ async def test_initialize_resumes_a_suspended_session_once_for_concurrent_caller
 async def test_suspend_sets_spec_suspend_and_initialize_resumes(gateway: Gateway) -> None:
     await gateway.session(ready=True)
     await until("cached", lambda: gateway.cache.get(KEY) is not None)
-    await gateway.registry.suspend(KEY)
+    await gateway.registry.lifecycle.suspend(gateway.registry.session(KEY))
     assert gateway.kube.find(KIND, NS, NAME)["spec"]["suspend"] is True  # type: ignore[index]
     await until("seen suspended", lambda: gateway.cache.get(KEY)["spec"]["suspend"] is True)  # type: ignore[index]
-    resuming = asyncio.create_task(gateway.registry.start_and_wait(KEY))
+    resuming = asyncio.create_task(gateway.registry.lifecycle.start_and_wait(KEY))
     await until("resumed", lambda: gateway.kube.find(KIND, NS, NAME)["spec"]["suspend"] is False)  # type: ignore[index]
     await resuming
     with pytest.raises(RequestError) as gone:
-        await gateway.registry.suspend((NS, "nope"))
+        await gateway.registry.lifecycle.suspend(gateway.registry.session((NS, "nope")))
     assert gone.value.code == ErrorCode.NOT_FOUND
 
 
 async def test_initialize_reports_a_failed_session_with_its_reason(gateway: Gateway) -> None:
     await gateway.session(suspend=True)
     await until("cached", lambda: gateway.cache.get(KEY) is not None)
-    waiting = asyncio.create_task(gateway.registry.start_and_wait(KEY))
+    waiting = asyncio.create_task(gateway.registry.lifecycle.start_and_wait(KEY))
     await until("resumed", lambda: "patch AgentSession s1" in gateway.kube.verbs())
     await gateway.operator_writes(ready=False, phase="Failed", message="image not found")
     with pytest.raises(RequestError) as failed:
@@ -368,7 +380,7 @@ async def test_initialize_times_out_with_the_reason_the_session_shows(gateway: G
     await gateway.session(ready=False, message="waiting for the scheduler")
     await until("cached", lambda: gateway.cache.get(KEY) is not None)
     with pytest.raises(RequestError) as late:
-        await gateway.registry.start_and_wait(KEY)
+        await gateway.registry.lifecycle.start_and_wait(KEY)
     assert late.value.code == ErrorCode.TIMEOUT
     assert "waiting for the scheduler" in late.value.message
 
@@ -377,7 +389,7 @@ async def test_a_client_asking_before_readiness_is_told_to_wait(gateway: Gateway
     await gateway.session(ready=False)
     await until("cached", lambda: gateway.cache.get(KEY) is not None)
     with pytest.raises(RequestError) as early:
-        await gateway.registry.ready_client(KEY)
+        await gateway.ready_client()
     assert early.value.code == ErrorCode.AGENTCTL_NOT_READY
 
 
@@ -388,4 +400,70 @@ async def test_a_deleted_session_is_announced_and_its_stream_closed(gateway: Gat
     await until("removed", lambda: any(isinstance(e, AgentRemoved) for e in gateway.client.events))
     removed = next(e for e in gateway.client.events if isinstance(e, AgentRemoved))
     assert removed.info["status"] == "killed"
-    assert KEY not in gateway.registry.runtimes
+    assert KEY not in gateway.registry.links.runtimes
+
+
+async def test_a_resume_waits_for_the_operator_to_see_it_not_for_the_status_from_before(
+    gateway: Gateway,
+) -> None:
+    """Resumed while the operator still drains and deletes the suspended pod: the status from before the suspend
+    (Ready, the old pod's agentctl) is out of date; the session serves once the operator wrote one that saw the
+    resume. Served from the old status, a client got `ready` from a pod about to go, then `initializing` for as
+    long as the new pod took to start."""
+    await gateway.session(ready=True)
+    await until("connected", gateway.connected)
+    await gateway.operator_writes(ready=True, observed=1)
+    await gateway.registry.lifecycle.suspend(gateway.registry.session(KEY))
+    await until("seen suspended", lambda: gateway.registry.session(KEY).view.suspended)
+    # The operator has not written since: the status still says Ready, for the generation before the suspend.
+    resuming = asyncio.create_task(gateway.registry.lifecycle.start_and_wait(KEY))
+    await until("resumed", lambda: not gateway.registry.session(KEY).view.suspended)
+    for _ in range(50):  # every chance to (wrongly) take the old status
+        await asyncio.sleep(0)
+    assert not resuming.done(), "the resume was served from the status written before it"
+    generation = gateway.registry.session(KEY).view.generation
+    await gateway.operator_writes(ready=True, pod_uid="pod-2", pod_ip="10.0.0.8", observed=generation)
+    async with asyncio.timeout(5):
+        await resuming
+    assert gateway.registry.links.runtimes[KEY].endpoint_key == (endpoint("10.0.0.8"), "pod-2")
+
+
+async def test_a_watch_event_reads_the_status_once(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its status change, the stream it converges and the requests after it all share one reading of the version."""
+    await gateway.session(ready=True)
+    await until("connected", gateway.connected)
+    reads: list[object] = []
+    validate = AgentSessionStatus.model_validate
+
+    def counted(*args: Any, **kwargs: Any) -> AgentSessionStatus:
+        reads.append(args[0])
+        return validate(*args, **kwargs)
+
+    monkeypatch.setattr(AgentSessionStatus, "model_validate", counted)
+    published = len(gateway.client.phases())
+    await gateway.operator_writes(ready=True, phase="Ready", message="one more")
+    await until("published", lambda: len(gateway.client.phases()) > published)
+    await gateway.ready_client()
+    gateway.info()
+    assert len(reads) == 1
+
+
+async def test_a_connection_asks_its_access_to_a_namespace_once() -> None:
+    asked: list[tuple[str, str]] = []
+    answer = asyncio.Event()
+
+    class Auth:
+        async def allowed(self, identity: Any, namespace: str, verb: str, name: str = "") -> bool:
+            asked.append((namespace, verb))
+            await answer.wait()
+            return namespace == "team"
+
+    conn = Connection(None, LifecycleCodec(), Identity("u", "uid"), Auth())  # type: ignore[arg-type]
+    conn.admitted({"other": False})
+    waiting = [asyncio.create_task(conn.authorize_namespace("team")) for _ in range(3)]
+    await until("asked", lambda: bool(asked))
+    answer.set()
+    assert await asyncio.gather(*waiting) == [True, True, True]
+    assert await conn.authorize_namespace("team") is True
+    assert await conn.authorize_namespace("other") is False  # what admission learnt
+    assert asked == [("team", "get")]

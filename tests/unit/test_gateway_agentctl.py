@@ -15,7 +15,10 @@ from agentsession.contract.wire import StartRequest, StatusResponse
 from agentsession.gateway import commands as c
 from agentsession.gateway.commands import Command
 from agentsession.gateway.events import AgentUpdate, ErrorCode, Event, Failure, Reply, RequestError
+from agentsession.gateway.lifecycle_dialect import agent_answer
+from agentsession.gateway.replies import Initialized
 from agentsession.gateway.service import Service
+from agentsession.gateway.sessions import Session
 from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateStream, request_error
 
 AGENT = "ns/a"
@@ -130,28 +133,36 @@ async def test_the_shell_stream_fans_out_frames_and_forwards_input() -> None:
 
 
 class _Cache:
-    def get(self, key: tuple[str, str]) -> dict[str, Any]:
-        return {"metadata": {"namespace": key[0], "name": key[1]}}
+    def session(self, key: tuple[str, str]) -> Session:
+        return Session.of({"metadata": {"namespace": key[0], "name": key[1]}})
+
+
+class _Links:
+    def __init__(self, agentctl: FakeAgentctl) -> None:
+        self.agentctl = agentctl
+
+    async def ready_client(self, session: Session) -> FakeAgentctl:
+        return self.agentctl
+
+
+class _Lifecycle:
+    async def start_and_wait(self, key: tuple[str, str]) -> None:
+        return None
 
 
 class _Registry:
     """The part of AgentRegistry the service uses for these commands, with a ready agentctl."""
 
     def __init__(self, agentctl: FakeAgentctl) -> None:
-        self.agentctl = agentctl
         self.cache = _Cache()
+        self.links = _Links(agentctl)
+        self.lifecycle = _Lifecycle()
 
-    async def ready_client(self, key: tuple[str, str]) -> FakeAgentctl:
-        return self.agentctl
-
-    async def start_and_wait(self, key: tuple[str, str]) -> None:
-        return None
-
-    def info(self, key: tuple[str, str]) -> dict[str, Any]:
+    def info(self, session: Session) -> dict[str, Any]:
         return {"id": AGENT}
 
-    def session(self, key: tuple[str, str]) -> dict[str, Any]:
-        return self.cache.get(key)
+    def session(self, key: tuple[str, str]) -> Session:
+        return self.cache.session(key)
 
 
 class _Connection:
@@ -206,7 +217,7 @@ async def test_replies_are_built_from_agentctl_s_answers() -> None:
     prompt, _ = await answer(fake, c.PROMPT, text="hi")
     mode, _ = await answer(fake, c.SET_MODE, modeId="code")
     cancel, _ = await answer(fake, c.CANCEL)
-    assert [(r.action, r.payload) for r in (prompt, mode, cancel) if isinstance(r, Reply)] == [
+    assert [(r.action, agent_answer(r.body)) for r in (prompt, mode, cancel) if isinstance(r, Reply)] == [
         (c.PROMPT, {"agentId": AGENT, "accepted": True, "sessionId": started.session_id}),
         (c.SET_MODE, {"agentId": AGENT, "currentModeId": "code"}),
         (c.CANCEL, {"agentId": AGENT, "turnRunning": False}),
@@ -217,12 +228,9 @@ async def test_replies_are_built_from_agentctl_s_answers() -> None:
     pending = next(iter(fake.pending.values()))
     init, conn = await answer(fake, c.INITIALIZE)
     assert isinstance(init, Reply)
-    assert init.payload == {
-        "agentId": AGENT,
-        "info": {"id": AGENT},
-        "updates": [entry.model_dump() for entry in fake.journal],
-        "next": None,
-    }
+    assert init.body == Initialized(
+        AGENT, {"id": AGENT}, [entry.model_dump() for entry in fake.journal], None
+    )
     assert conn.released == [
         (
             fake.last_seq,
@@ -231,7 +239,7 @@ async def test_replies_are_built_from_agentctl_s_answers() -> None:
     ]
     respond, _ = await answer(fake, c.PERMISSION_RESPONSE, permissionId=pending.pending_id, optionId="allow")
     assert isinstance(respond, Reply)
-    assert respond.payload == {
+    assert agent_answer(respond.body) == {
         "agentId": AGENT,
         "permissionId": pending.pending_id,
         "outcome": {"outcome": "selected", "optionId": "allow"},

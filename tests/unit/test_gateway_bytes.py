@@ -396,9 +396,9 @@ async def test_a_shell_that_does_not_read_holds_at_most_its_queue_and_refuses_th
 
 async def test_shell_input_longer_than_one_message_may_carry_is_refused(gateway: Gateway) -> None:
     await ready(gateway)
-    gateway.registry.shell_input_bytes = 8
+    gateway.registry.shells.input_bytes = 8
     conn, _ = client(gateway)
     with pytest.raises(RequestError) as refused:
-        await gateway.registry.shell_input(KEY, "é" * 5, conn)  # 10 bytes in UTF-8
+        await gateway.registry.shells.send(gateway.registry.session(KEY), "é" * 5, conn)  # 10 bytes in UTF-8
     assert (refused.value.code, refused.value.details) == (ErrorCode.VALIDATION_ERROR, {"field": "data"})
     await conn.close()

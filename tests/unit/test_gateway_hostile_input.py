@@ -231,9 +231,9 @@ async def test_an_initialize_whose_clients_all_left_fails_quietly(service: Servi
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _, context: unhandled.append(context))
     try:
-        waiter = asyncio.create_task(registry.start_and_wait(("ns", "a")))
+        waiter = asyncio.create_task(registry.lifecycle.start_and_wait(("ns", "a")))
         await asyncio.sleep(0.01)
-        shared = registry._inits[("ns", "a")]
+        shared = registry.lifecycle._inits[("ns", "a")]
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter

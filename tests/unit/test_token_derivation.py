@@ -62,7 +62,7 @@ async def test_a_claimed_pods_token_is_the_one_both_derive_before_and_after_the_
     cache.start()
     try:
         await cache.wait_synced()
-        await registry.ready_client((NS, NAME))
+        await registry.links.ready_client(registry.session((NS, NAME)))
         assert [token for _, token in gateway_agentctls.connections] == [before]
         assert [c for c in world.kube.calls[calls_before:] if c.kind == "Secret"] == []
     finally:

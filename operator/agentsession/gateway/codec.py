@@ -61,3 +61,24 @@ def string_field(
 def utf8_size(text: str) -> int:
     """Bytes of `text` in UTF-8; a lone surrogate (JSON may carry one) counts as the three bytes it would take."""
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+def command_args(
+    fields: dict[str, Any],
+    required: tuple[str, ...],
+    optional: tuple[str, ...],
+    *,
+    answer_field: str | None = None,
+) -> dict[str, Any]:
+    """A command's string fields from a frame's `fields`; with `answer_field` (a permission's answer), that option
+    or `cancelled: true`, exactly one. Raises ValueError with a message meant for the client."""
+    args: dict[str, Any] = {name: string_field(fields, name) for name in required}
+    args.update((name, string_field(fields, name, required=False)) for name in optional)
+    if answer_field is not None:
+        cancelled = fields.get("cancelled", False)
+        if not isinstance(cancelled, bool):
+            raise ValueError("field 'cancelled' must be a boolean")
+        if (args[answer_field] is None) == (not cancelled):
+            raise ValueError(f"give exactly one of '{answer_field}' or 'cancelled: true'")
+        args["cancelled"] = cancelled
+    return args

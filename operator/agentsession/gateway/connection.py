@@ -110,6 +110,7 @@ class Connection:
         self._requests_hold = 0  # bytes of the frames of requests not answered yet
         self._send_timeout = send_timeout
         self._namespaces: dict[str, bool] = {}
+        self._asking: dict[str, asyncio.Future[bool]] = {}
         self._held: dict[str, _Held] = {}
         self._histories: dict[str, _Turns] = {}  # agents whose history is being sent to this client
         self.live: set[str] = set()  # agents whose updates this client receives
@@ -126,12 +127,26 @@ class Connection:
         return self._namespaces.get(namespace)
 
     async def authorize_namespace(self, namespace: str) -> bool:
+        """`get` in `namespace`, asked once for the connection: concurrent callers share the one question."""
         known = self.may_see(namespace)
         if known is not None:
             return known
-        allowed = self._auth is not None and await self._auth.allowed(self.identity, namespace, "get")
-        self._namespaces[namespace] = allowed
-        return allowed
+        asking = self._asking.get(namespace)
+        if asking is None:
+            asking = self._asking[namespace] = asyncio.ensure_future(self._ask_namespace(namespace))
+        return await asyncio.shield(asking)
+
+    async def _ask_namespace(self, namespace: str) -> bool:
+        try:
+            allowed = self._auth is not None and await self._auth.allowed(self.identity, namespace, "get")
+            self._namespaces[namespace] = allowed
+            return allowed
+        finally:
+            del self._asking[namespace]
+
+    def admitted(self, namespaces: dict[str, bool]) -> None:
+        """What the handshake's admission learnt of `get` in each namespace, kept as this connection's answers."""
+        self._namespaces.update(namespaces)
 
     async def may_update(self, namespace: str, name: str) -> bool:
         """`update` on the session `name`, asked by name so that RBAC's resourceNames can grant one session."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentsession.gateway.replies import Answer
+
 
 @dataclass(frozen=True)
 class AgentStatusChanged:
@@ -53,10 +55,10 @@ class ShellOutput:
 
 @dataclass(frozen=True)
 class Reply:
-    """The answer to one client request; `action` names the request, `payload` is dialect-neutral."""
+    """The answer to one client request; `action` names the request, `body` is dialect-neutral."""
 
     action: str
-    payload: dict[str, Any]
+    body: Answer
     request_id: str | None = None
     envelope_id: str | None = None
 

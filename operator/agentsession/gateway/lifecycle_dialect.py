@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentsession.gateway import commands as c
-from agentsession.gateway.codec import Frame, parse_object, string_field
+from agentsession.gateway import replies as r
+from agentsession.gateway.codec import Frame, command_args, parse_object
 from agentsession.gateway.commands import Command
 from agentsession.gateway.events import (
     AgentctlReady,
@@ -36,7 +37,6 @@ INBOUND: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "ping": (c.PING, (), ()),
 }
 _WIRE_TYPES = {action: kind for kind, (action, _, _) in INBOUND.items()}
-_REPLY_TYPES = {c.INITIALIZE: "agent_initialized", c.LIST: "session_state", c.PING: "pong"}
 
 
 class LifecycleCodec:
@@ -63,19 +63,9 @@ class LifecycleCodec:
                 ErrorCode.UNKNOWN_ACTION, f"unknown message type {kind!r}; known: {known}", kind, rid
             )
         action, required, optional = spec
-        args: dict[str, Any] = {}
         try:
-            for name in required:
-                args[name] = string_field(fields, name)
-            for name in optional:
-                args[name] = string_field(fields, name, required=False)
-            if action == c.PERMISSION_RESPONSE:
-                cancelled = fields.get("cancelled", False)
-                if not isinstance(cancelled, bool):
-                    raise ValueError("field 'cancelled' must be a boolean")
-                if (args["optionId"] is None) == (not cancelled):
-                    raise ValueError("give exactly one of 'optionId' or 'cancelled: true'")
-                args["cancelled"] = cancelled
+            answer = "optionId" if action == c.PERMISSION_RESPONSE else None
+            args = command_args(fields, required, optional, answer_field=answer)
         except ValueError as exc:
             return Failure(ErrorCode.VALIDATION_ERROR, str(exc), kind, rid)
         return Command(action, args.pop("agentId", None), args, rid)
@@ -167,27 +157,39 @@ def permission_request(agent_id: str, pending: dict[str, Any]) -> dict[str, Any]
     }
 
 
+def agent_answer(body: r.Answer) -> dict[str, Any]:
+    """What a command on an agent answers, in this dialect's field names (which task-session.v1 uses too)."""
+    match body:
+        case r.Prompted():
+            return {"agentId": body.agent_id, "accepted": True, "sessionId": body.session_id}
+        case r.ModeSet():
+            return {"agentId": body.agent_id, "currentModeId": body.current_mode_id}
+        case r.Cancelled():
+            return {"agentId": body.agent_id, "turnRunning": body.turn_running}
+        case r.Suspended():
+            return {"agentId": body.agent_id, "suspended": True}
+        case r.PermissionAnswered():
+            return {"agentId": body.agent_id, "permissionId": body.permission_id, "outcome": body.outcome}
+    return {}
+
+
 def _reply(reply: Reply) -> Frame:
-    kind = _REPLY_TYPES.get(reply.action)
-    if reply.action == c.INITIALIZE:
-        p = reply.payload
-        return {
-            "type": kind,
-            "payload": {
-                "agentId": p["agentId"],
-                "info": p["info"],
-                "updates": _history(p["agentId"], p["updates"]),
-                "next": p["next"],
-                "requestId": reply.request_id,
-            },
-        }
-    if kind is not None:
-        return {"type": kind, "payload": {**reply.payload, "requestId": reply.request_id}}
+    body = reply.body
+    match body:
+        case r.Initialized():
+            payload = {"agentId": body.agent_id, "info": body.info, "updates": _history(body.agent_id, body.updates),
+                       "next": body.next, "requestId": reply.request_id}  # fmt: skip
+            return {"type": "agent_initialized", "payload": payload}
+        case r.AgentList():
+            payload = {"agents": body.agents, "cluster": body.cluster, "requestId": reply.request_id}
+            return {"type": "session_state", "payload": payload}
+        case r.Pong():
+            return {"type": "pong", "payload": {"requestId": reply.request_id}}
     return {
         "type": "ack",
         "payload": {
             "requestType": _WIRE_TYPES.get(reply.action, reply.action),
             "requestId": reply.request_id,
-            **reply.payload,
+            **agent_answer(body),
         },
     }

@@ -104,7 +104,7 @@ async def _admit(
         except AuthError as exc:
             return _json_error(exc.status, exc.code, exc.message, exc.retry_after)
     auth = None if config.insecure_dev_mode else app[AUTH]
-    namespaces = {o["metadata"]["namespace"] for o in app[CACHE].items()} | set(config.namespaces)
+    namespaces = app[CACHE].namespaces() | set(config.namespaces)
     allowed = set()
     for ns in namespaces:
         if auth is None or await auth.allowed(identity, ns, "get"):
@@ -155,7 +155,7 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
     admitted = await _admit(request, token)
     if isinstance(admitted, web.Response):
         return admitted
-    identity, _, namespaces = admitted
+    identity, allowed, namespaces = admitted
     dialect = choose_dialect(request)
     offered = request.headers.get("Sec-WebSocket-Protocol", "")
     ws = web.WebSocketResponse(
@@ -187,18 +187,15 @@ async def ws_handler(request: web.Request) -> web.StreamResponse:
                       "too many connections")  # fmt: skip
             return ws
         if token is not None and limited:
-            shells = registry.shells_of
+            shells = registry.shells.of
             conn.spawn(
                 guard(conn, app[AUTH], token, config.auth_recheck_interval, lambda: shells(conn)), "guard"
             )
-        allowed = {ns for ns in namespaces if await conn.authorize_namespace(ns)}
+        # What admission asked is this connection's answer: not asked again.
+        conn.admitted({ns: ns in allowed for ns in namespaces})
         # Registered before the snapshot is taken, so no change falls between the snapshot and the stream.
         registry.subscribers.add(conn)
-
-        def visible(ns: str) -> bool:
-            return ns in allowed
-
-        hello = codec.hello(registry.infos(visible), registry.cluster_states(visible))
+        hello = codec.hello(*registry.snapshot(allowed & namespaces))
         if hello is not None:
             conn.send_frame(hello, label="hello")
         await _serve(conn, app[SERVICE], config.max_requests_in_flight)
@@ -277,7 +274,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     cache = request.app[CACHE]
     if cache.synced:
-        return web.json_response({"status": "ok", "sessions": len(cache.items())})
+        return web.json_response({"status": "ok", "sessions": len(cache.sessions())})
     return web.json_response({"status": "syncing"}, status=503)
 
 
@@ -388,4 +385,4 @@ async def close_all(app: web.Application) -> None:
 
 
 def describe(app: web.Application) -> dict[str, Any]:
-    return {"sessions": len(app[CACHE].items()), "clients": len(app[REGISTRY].subscribers)}
+    return {"sessions": len(app[CACHE].sessions()), "clients": len(app[REGISTRY].subscribers)}

@@ -1,15 +1,16 @@
-"""Executes one decoded client command for one connection; dialect-free."""
+"""Executes one decoded client command for one connection; dialect-free: it answers typed replies
+(`replies`), which each dialect encodes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from agentsession.agentctl_client import AgentctlApi, AgentctlError
 from agentsession.api.manifest import Key
 from agentsession.gateway import commands as c
 from agentsession.gateway import metrics
+from agentsession.gateway import replies as r
 from agentsession.gateway.agents import AgentRegistry, split_id
 from agentsession.gateway.commands import Command
 from agentsession.gateway.connection import Connection
@@ -23,9 +24,9 @@ from agentsession.gateway.events import (
     Reply,
     RequestError,
 )
+from agentsession.gateway.sessions import Session
 from agentsession.gateway.status import budget_state
 from agentsession.gateway.upstream import request_error
-from agentsession.kube.views import SessionView
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ _MUTATING = {
     c.SHELL_SUBSCRIBE,
     c.SHELL_INPUT,
 }
+# A seq past any journal's end: a client subscribed with no history to read is live from now on.
+_NOW = 1 << 62
 
 
 class Service:
@@ -51,47 +54,45 @@ class Service:
         try:
             if cmd.action == c.INITIALIZE:
                 await self._initialize(conn, cmd)
-                return
-            payload = await self._answer(conn, cmd)
+            else:
+                await self._answer(conn, cmd)
         except RequestError as exc:
             details = dict(exc.details)
             if cmd.agent_id and "agentId" not in details:
                 details["agentId"] = cmd.agent_id
             conn.deliver(Failure(exc.code, exc.message, cmd.action, cmd.request_id, cmd.envelope_id, details))
-            return
         except Exception:
             log.exception("request %s failed", cmd.action)
             conn.deliver(
                 Failure(ErrorCode.INTERNAL_ERROR, "the gateway failed to handle this request; see its log",
                         cmd.action, cmd.request_id, cmd.envelope_id)
             )  # fmt: skip
-            return
-        after = payload.pop("_after", None)
-        follow = payload.pop("_follow", [])
-        conn.deliver(Reply(cmd.action, payload, cmd.request_id, cmd.envelope_id))
-        if cmd.agent_id and after is not None:
-            conn.release_updates(cmd.agent_id, after, follow)
-        elif follow:
-            for event in follow:
-                conn.deliver(event)
 
-    async def _key(self, conn: Connection, cmd: Command) -> Key:
+    def _reply(self, conn: Connection, cmd: Command, body: r.Answer) -> None:
+        conn.deliver(Reply(cmd.action, body, cmd.request_id, cmd.envelope_id))
+
+    async def _session(self, conn: Connection, cmd: Command) -> Session:
+        """The session `cmd` names, once the client's access to it is known: asked once per request, and the
+        version read after the last answer, which the whole request then reads."""
         if cmd.agent_id is None:
             raise RequestError(ErrorCode.VALIDATION_ERROR, "this request needs an agent id")
         key = split_id(cmd.agent_id)
         # Not found and not allowed look the same, so a client cannot probe other namespaces.
-        if not await conn.authorize_namespace(key[0]) or self.registry.cache.get(key) is None:
+        if not await conn.authorize_namespace(key[0]) or self.registry.cache.session(key) is None:
             raise RequestError(ErrorCode.NOT_FOUND, f"no AgentSession {cmd.agent_id} visible to you")
         if cmd.action in _MUTATING and not await conn.may_update(*key):
             raise RequestError(
                 ErrorCode.FORBIDDEN,
                 f"you may not update agentsession {key[1]} in namespace {key[0]} (RBAC verb 'update' is needed)",
             )
-        return key
+        return self.registry.session(key)
 
-    async def _answer(self, conn: Connection, cmd: Command) -> dict[str, Any]:
+    async def _answer(self, conn: Connection, cmd: Command) -> None:
         try:
-            return await self._run(conn, cmd)
+            if cmd.action == c.SUBSCRIBE:
+                await self._subscribe(conn, cmd)
+            else:
+                self._reply(conn, cmd, await self._run(conn, cmd))
         except AgentctlError as exc:
             raise request_error(exc) from exc
 
@@ -100,12 +101,12 @@ class Service:
         `HistoryPage`s the others, each written to the client before the next is read from agentctl; then the
         client follows the agent live from where the history ended."""
         reg = self.registry
-        key = await self._key(conn, cmd)
+        key = (await self._session(conn, cmd)).key
         agent = cmd.agent_id or ""
         try:
-            await reg.start_and_wait(key)
+            await reg.lifecycle.start_and_wait(key)
             async with conn.history_stream(agent):
-                client = await reg.ready_client(key)
+                client = await reg.links.ready_client(reg.session(key))
                 after: int | None = 0
                 journal: str | None = None
                 while after is not None:
@@ -156,8 +157,11 @@ class Service:
         updates = [entry.model_dump() for entry in page.updates]
         event: Event
         if journal is None:
-            payload = {"agentId": agent, "info": self.registry.info(key), "updates": updates, "next": more}
-            event = Reply(cmd.action, payload, cmd.request_id, cmd.envelope_id)
+            session = self.registry.cache.session(key)
+            info = self.registry.info(session) if session is not None else None
+            event = Reply(
+                cmd.action, r.Initialized(agent, info, updates, more), cmd.request_id, cmd.envelope_id
+            )
         else:
             event = HistoryPage(cmd.action, agent, updates, more, cmd.request_id, cmd.envelope_id)
         written = conn.deliver_tracked(event)
@@ -166,74 +170,68 @@ class Service:
             conn.release_updates(agent, page.last_seq, follow)
         return written, more, page.journal_id
 
-    async def _run(self, conn: Connection, cmd: Command) -> dict[str, Any]:
+    async def _subscribe(self, conn: Connection, cmd: Command) -> None:
+        """Answers, then the client follows the agent: live from now on, unless a history being sent makes it
+        live at its end; and told at once of an agentctl already ready rather than left waiting for it."""
+        session = await self._session(conn, cmd)
+        ready = session.agentctl_ready
+        self._reply(conn, cmd, r.Subscribed(session.id, self.registry.info(session)["status"], ready))
+        follow: list[Event] = [AgentctlReady(session.id, session.view.status.podUID)] if ready else []
+        if not conn.streaming_history(session.id):
+            conn.release_updates(session.id, _NOW, follow)
+        else:
+            for event in follow:
+                conn.deliver(event)
+
+    async def _run(self, conn: Connection, cmd: Command) -> r.Answer:
         reg = self.registry
         if cmd.action == c.PING:
-            return {}
+            return r.Pong()
         if cmd.action == c.LIST:
-            namespaces = {o["metadata"]["namespace"] for o in reg.cache.items()}
-            allowed = {ns for ns in namespaces if await conn.authorize_namespace(ns)}
-            return {
-                "agents": reg.infos(lambda ns: ns in allowed),
-                "cluster": reg.cluster_states(lambda ns: ns in allowed),
-            }
-        key = await self._key(conn, cmd)
-        agent = cmd.agent_id or ""
-        if cmd.action == c.SUBSCRIBE:
-            session = SessionView(reg.session(key))
-            info = reg.info(key)
-            ready = session.condition_true("AgentctlReady")
-            reply: dict[str, Any] = {"success": True, "task_id": agent, "status": info["status"] if info else None,
-                                     "agentctl_ready": ready}  # fmt: skip
-            if not conn.streaming_history(agent):
-                # Live from now on; while a history is being sent, its end makes the client live.
-                reply["_after"] = 1 << 62
-            if ready:
-                # Subscribed after readiness: say so at once rather than leave the client waiting for it.
-                reply["_follow"] = [AgentctlReady(agent, session.status.podUID)]
-            return reply
+            allowed = [ns for ns in reg.cache.namespaces() if await conn.authorize_namespace(ns)]
+            return r.AgentList(*reg.snapshot(allowed))
+        session = await self._session(conn, cmd)
+        agent = session.id
         if cmd.action == "unsubscribe":
             conn.drop_updates(agent)
-            return {"success": True, "task_id": agent}
+            return r.Done(agent)
         if cmd.action == c.PROMPT:
-            body = reg.session(key)
-            exhausted, why = budget_state(SessionView(body))
+            exhausted, why = budget_state(session.view)
             if exhausted:
                 # Refused here, before agentctl: the proxy would refuse the turn's first model call anyway.
                 raise RequestError(
                     ErrorCode.BUDGET_EXHAUSTED,
                     f"{agent} has exhausted its budget ({why}); raise its spec.budget to go on",
                     agentId=agent,
-                    usage=(body.get("status") or {}).get("usage"),
+                    usage=session.cluster["usage"],
                 )
-            accepted = await (await reg.ready_client(key)).prompt(cmd.args["text"])
-            return {"agentId": agent, "accepted": True, "sessionId": accepted.session_id}
+            accepted = await (await reg.links.ready_client(session)).prompt(cmd.args["text"])
+            return r.Prompted(agent, accepted.session_id)
         if cmd.action == c.SET_MODE:
-            mode = await (await reg.ready_client(key)).set_mode(cmd.args["modeId"])
-            return {"agentId": agent, "currentModeId": mode.current_mode_id}
+            mode = await (await reg.links.ready_client(session)).set_mode(cmd.args["modeId"])
+            return r.ModeSet(agent, mode.current_mode_id)
         if cmd.action == c.CANCEL:
-            cancelled = await (await reg.ready_client(key)).cancel()
-            return {"agentId": agent, "turnRunning": cancelled.turn_running}
+            cancelled = await (await reg.links.ready_client(session)).cancel()
+            return r.Cancelled(agent, cancelled.turn_running)
         if cmd.action == c.SUSPEND:
-            await reg.suspend(key)
-            return {"agentId": agent, "suspended": True}
+            await reg.lifecycle.suspend(session)
+            return r.Suspended(agent)
         if cmd.action == c.PERMISSION_RESPONSE:
-            answered = await (await reg.ready_client(key)).respond_permission(
+            answered = await (await reg.links.ready_client(session)).respond_permission(
                 cmd.args["permissionId"], cmd.args.get("optionId"), cmd.args.get("cancelled", False)
             )
-            return {"agentId": agent, "permissionId": cmd.args["permissionId"], "outcome": answered.outcome}
+            return r.PermissionAnswered(agent, cmd.args["permissionId"], answered.outcome)
         if cmd.action == c.SHELL_STATUS:
-            ready = SessionView(reg.session(key)).condition_true("AgentctlReady")
-            shell = await (await reg.ready_client(key)).shell_status() if ready else None
-            return {"task_id": agent, "agentctl_ready": ready, "running": bool(shell and shell.running),
-                    "cwd": shell.cwd if shell else None, "exit_code": shell.exit_code if shell else None}  # fmt: skip
+            ready = session.agentctl_ready
+            shell = await (await reg.links.ready_client(session)).shell_status() if ready else None
+            return r.ShellState(agent, ready, bool(shell and shell.running), shell.cwd if shell else None,
+                                shell.exit_code if shell else None)  # fmt: skip
         if cmd.action == c.SHELL_SUBSCRIBE:
-            buffer = await reg.shell_subscribe(key, conn)
-            return {"success": True, "task_id": agent, "buffer": buffer}
+            return r.ShellSubscribed(agent, await reg.shells.subscribe(session, conn))
         if cmd.action == c.SHELL_UNSUBSCRIBE:
-            await reg.shell_unsubscribe(key, conn)
-            return {"success": True, "task_id": agent}
+            await reg.shells.unsubscribe(session.key, conn)
+            return r.Done(agent)
         if cmd.action == c.SHELL_INPUT:
-            await reg.shell_input(key, cmd.args["data"], conn)
-            return {"success": True, "task_id": agent}
+            await reg.shells.send(session, cmd.args["data"], conn)
+            return r.Done(agent)
         raise RequestError(ErrorCode.UNKNOWN_ACTION, f"unsupported request {cmd.action!r}")

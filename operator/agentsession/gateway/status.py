@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from agentsession.api import reasons
 from agentsession.api.egress import BUDGET_CONDITION
-from agentsession.api.manifest import Manifest
 from agentsession.contract.live_state import LiveState
 from agentsession.kube.views import SessionView
 
@@ -78,12 +77,12 @@ def derive_status(session: SessionView, live: LiveState | None) -> tuple[AgentSt
     return "ready", None
 
 
-def agent_info(body: Manifest, live: LiveState | None) -> dict[str, Any]:
-    """AgentInfo with exactly the fields of the lifecycle protocol, in its order."""
-    session = SessionView(body)
+def agent_info(session: SessionView, live: LiveState | None, *, deleted: bool = False) -> dict[str, Any]:
+    """AgentInfo with exactly the fields of the lifecycle protocol, in its order; a session the API server deleted
+    (`deleted`, its last version in `session`) is killed."""
     spec = session.spec
     acp = session.status.acp
-    status, error = derive_status(session, live)
+    status, error = ("killed", None) if deleted else derive_status(session, live)
     mode = (live.current_mode_id if live and live.current_mode_id else None) or (
         acp.currentModeId if acp else None
     )
@@ -104,10 +103,10 @@ def agent_info(body: Manifest, live: LiveState | None) -> dict[str, Any]:
     }
 
 
-def cluster_state(body: Manifest) -> dict[str, Any]:
+def cluster_state(session: SessionView) -> dict[str, Any]:
     """The AgentSession's status as a person reads it: phase, conditions (type, status, reason, message, since),
     the pod, and the startup timings. Sent next to AgentInfo, which keeps exactly the protocol's fields."""
-    status = SessionView(body).status
+    status = session.status
     fields = status.model_dump(mode="json", include=set(CLUSTER_STATE_FIELDS))
     fields["conditions"] = [
         c.model_dump(mode="json", exclude={"observedGeneration"}) for c in status.conditions
@@ -115,8 +114,8 @@ def cluster_state(body: Manifest) -> dict[str, Any]:
     if status.startup is not None:
         fields["startup"] = status.startup.model_dump(mode="json", exclude_none=True)
     # status.usage as the proxy wrote it; the condition, not the gateway, decides whether the budget is spent.
-    fields["usage"] = (body.get("status") or {}).get("usage")
-    fields["budget_exhausted"], fields["budget_message"] = budget_state(SessionView(body))
+    fields["usage"] = (session.body.get("status") or {}).get("usage")
+    fields["budget_exhausted"], fields["budget_message"] = budget_state(session)
     return {name: fields.get(name) for name in CLUSTER_STATE_FIELDS}
 
 

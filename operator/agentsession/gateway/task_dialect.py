@@ -12,7 +12,8 @@ from typing import Any
 
 from agentsession.api.times import utc_now
 from agentsession.gateway import commands as c
-from agentsession.gateway.codec import Frame, parse_object, string_field
+from agentsession.gateway import replies as r
+from agentsession.gateway.codec import Frame, command_args, parse_object
 from agentsession.gateway.commands import Command
 from agentsession.gateway.events import (
     AgentctlReady,
@@ -26,6 +27,7 @@ from agentsession.gateway.events import (
     Reply,
     ShellOutput,
 )
+from agentsession.gateway.lifecycle_dialect import agent_answer
 
 SUBPROTOCOL = "task-session.v1"
 
@@ -73,6 +75,28 @@ def envelope(kind: str, action: str, payload: dict[str, Any], msg_id: str | None
     }
 
 
+def _answer(body: r.Answer) -> dict[str, Any]:
+    match body:
+        case r.Pong():
+            return {}
+        case r.AgentList():
+            return {"agents": body.agents, "cluster": body.cluster}
+        case r.Initialized():
+            return {"agentId": body.agent_id, "info": body.info, "updates": body.updates, "next": body.next}
+        case r.Subscribed():
+            return {"success": True, "task_id": body.agent_id, "status": body.status,
+                    "agentctl_ready": body.agentctl_ready}  # fmt: skip
+        case r.Done():
+            return {"success": True, "task_id": body.agent_id}
+        case r.ShellState():
+            return {"task_id": body.agent_id, "agentctl_ready": body.agentctl_ready, "running": body.running,
+                    "cwd": body.cwd, "exit_code": body.exit_code}  # fmt: skip
+        case r.ShellSubscribed():
+            return {"success": True, "task_id": body.agent_id, "buffer": body.buffer}
+    # The agent's commands are answered in agent-lifecycle.v1's field names, as this dialect always has.
+    return agent_answer(body)
+
+
 class TaskCodec:
     name = SUBPROTOCOL
 
@@ -106,19 +130,9 @@ class TaskCodec:
                 ErrorCode.VALIDATION_ERROR, "payload must be a JSON object", action, envelope_id=mid
             )
         command, required, optional = spec
-        args: dict[str, Any] = {}
         try:
-            for name in required:
-                args[name] = string_field(payload, name)
-            for name in optional:
-                args[name] = string_field(payload, name, required=False)
-            if command == c.PERMISSION_RESPONSE:
-                cancelled = payload.get("cancelled", False)
-                if not isinstance(cancelled, bool):
-                    raise ValueError("field 'cancelled' must be a boolean")
-                if (args["option_id"] is None) == (not cancelled):
-                    raise ValueError("give exactly one of 'option_id' or 'cancelled: true'")
-                args["cancelled"] = cancelled
+            answer = "option_id" if command == c.PERMISSION_RESPONSE else None
+            args = command_args(payload, required, optional, answer_field=answer)
         except ValueError as exc:
             return Failure(ErrorCode.VALIDATION_ERROR, str(exc), action, envelope_id=mid)
         task_id = args.pop("task_id", None)
@@ -164,7 +178,7 @@ class TaskCodec:
             )
         if isinstance(event, Reply):
             action = _WIRE_ACTIONS.get(event.action, event.action)
-            return envelope("response", action, event.payload, event.envelope_id)
+            return envelope("response", action, _answer(event.body), event.envelope_id)
         if isinstance(event, HistoryPage):
             return envelope(
                 "notification",

@@ -4,6 +4,7 @@ resourceVersion.
 Resilience is the informer's: a watch that stays silent longer than the inactivity timeout is dropped (bookmarks
 keep a healthy one talking); a dropped watch resumes from the last resourceVersion after a backoff; 410 Gone (the
 version is too old) relists and reports the difference as ordinary changes, so listeners never miss a transition.
+Each version is read once, as it arrives (`sessions.Session`): listeners and readers share that reading.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from collections.abc import Callable
 
 from agentsession.api.manifest import Key, Manifest
 from agentsession.gateway import metrics
+from agentsession.gateway.sessions import Session
 from agentsession.kube.client import Kube
 from agentsession.kube.informer import Informer
 from agentsession.kube.resources import AGENT_SESSIONS
 
 log = logging.getLogger(__name__)
 
-# (event type ADDED|MODIFIED|DELETED, previous object or None, current object)
-Listener = Callable[[str, Manifest | None, Manifest], None]
+# (event type ADDED|MODIFIED|DELETED, previous version or None, current version)
+Listener = Callable[[str, Session | None, Session], None]
 
 
 def key_of(obj: Manifest) -> Key:
@@ -39,7 +41,7 @@ class SessionCache:
         server_timeout: int = 300,
         backoff_max: float = 15.0,
     ) -> None:
-        self._objects: dict[Key, Manifest] = {}
+        self._sessions: dict[Key, Session] = {}
         self._listeners: list[Listener] = []
         # Set and replaced on every change: what `wait_for` waits on.
         self._changed = asyncio.Event()
@@ -57,10 +59,19 @@ class SessionCache:
     # --- reading ---
 
     def get(self, key: Key) -> Manifest | None:
-        return self._objects.get(key)
+        """The object as the API server sent it."""
+        found = self._sessions.get(key)
+        return found.body if found is not None else None
 
-    def items(self) -> list[Manifest]:
-        return list(self._objects.values())
+    def session(self, key: Key) -> Session | None:
+        return self._sessions.get(key)
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    def namespaces(self) -> set[str]:
+        """The namespaces that have sessions."""
+        return {session.namespace for session in self._sessions.values()}
 
     @property
     def synced(self) -> bool:
@@ -73,13 +84,13 @@ class SessionCache:
         self._listeners.append(fn)
 
     async def wait_for(
-        self, key: Key, predicate: Callable[[Manifest | None], bool], within: float
-    ) -> Manifest | None:
-        """Waits until the cached object satisfies `predicate`; raises TimeoutError."""
+        self, key: Key, predicate: Callable[[Session | None], bool], within: float
+    ) -> Session | None:
+        """Waits until the cached session satisfies `predicate`; raises TimeoutError."""
         async with asyncio.timeout(within):
-            while not predicate(self._objects.get(key)):
+            while not predicate(self._sessions.get(key)):
                 await self._changed.wait()
-        return self._objects.get(key)
+        return self._sessions.get(key)
 
     # --- running ---
 
@@ -91,23 +102,23 @@ class SessionCache:
 
     def _apply(self, kind: str, obj: Manifest) -> None:
         key = key_of(obj)
-        old = self._objects.get(key)
+        old = self._sessions.get(key)
         if kind == "DELETED":
             if old is None:
                 return
-            del self._objects[key]
+            del self._sessions[key]
             # A relist reports what vanished by its key alone: its last state is the one cached.
-            current = obj if (obj.get("metadata") or {}).get("resourceVersion") else old
-            self._emit(kind, old, current)
+            last = Session.of(obj) if (obj.get("metadata") or {}).get("resourceVersion") else old
+            self._emit(kind, old, last.gone())
             return
         version = (obj.get("metadata") or {}).get("resourceVersion")
-        if old is not None and old["metadata"].get("resourceVersion") == version:
+        if old is not None and old.view.resource_version == str(version or ""):
             return  # a relist brought what the cache holds already
-        self._objects[key] = obj
+        new = self._sessions[key] = Session.of(obj)
         # A relist reports every object as ADDED; one the cache held has been MODIFIED.
-        self._emit("MODIFIED" if kind == "ADDED" and old is not None else kind, old, obj)
+        self._emit("MODIFIED" if kind == "ADDED" and old is not None else kind, old, new)
 
-    def _emit(self, kind: str, old: Manifest | None, new: Manifest) -> None:
+    def _emit(self, kind: str, old: Session | None, new: Session) -> None:
         metrics.WATCH_EVENTS.labels(kind).inc()
         for fn in self._listeners:
             try:

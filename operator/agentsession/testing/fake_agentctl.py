@@ -1,8 +1,8 @@
 """FakeAgentctl: an agentctl in memory, for unit tests of the code that drives one (the reconciler, the gateway).
 
 It answers as a real agentctl running the demo agent does: the same models, error statuses and codes, and
-journal entries. tests/unit/test_agentctl_fake.py runs the same checks against it and a real agentctl, so it
-cannot drift. Tests script it through its public attributes (agent state, mode, journal, ...) and helpers:
+journal entries. tests/component/test_agentctl_contract.py runs the same checks against it and a real agentctl,
+so it cannot drift. Tests script it through its public attributes (agent state, mode, journal, ...) and helpers:
 what the next turns do, entries to append, failures of the next calls, a restart of agentctl.
 """
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agentsession.agentctl.acp_bridge import (
+from agentsession.agentctl.acp_bridge import AgentBridge
+from agentsession.agentctl.bridge.phases import (
     ACP_INITIALIZED,
     ATTACHED,
     IN_SESSION,
     REPORTED_STATE,
     TRANSITIONS,
-    AgentBridge,
     IllegalTransition,
     Phase,
 )
@@ -123,7 +123,7 @@ def bridge(tmp_path: Path) -> Iterator[AgentBridge]:
 def walk(bridge: AgentBridge, path: list[Phase]) -> None:
     assert bridge.phase is path[0]
     for phase in path[1:]:
-        bridge._move(phase)
+        bridge.phases.move(phase)
         assert bridge.phase is phase
 
 
@@ -160,7 +160,7 @@ def test_illegal_moves_are_refused_with_a_409_naming_them(
     assert target not in TRANSITIONS[current]
     walk(bridge, path_to(current))
     with pytest.raises(IllegalTransition) as refused:
-        bridge._move(target)
+        bridge.phases.move(target)
     assert (refused.value.status, refused.value.code) == (409, "conflict")
     assert refused.value.message == f"the agent cannot go from {current.value} to {target.value}"
     assert bridge.phase is current
@@ -169,9 +169,9 @@ def test_illegal_moves_are_refused_with_a_409_naming_them(
 def test_the_bridge_refuses_every_move_the_table_lacks(bridge: AgentBridge) -> None:
     for current in Phase:
         for target in set(Phase) - TRANSITIONS[current]:
-            bridge._phase = current
+            bridge.phases._phase = current
             with pytest.raises(IllegalTransition):
-                bridge._move(target)
+                bridge.phases.move(target)
             assert bridge.phase is current
 
 
@@ -194,7 +194,7 @@ def test_requests_without_an_attached_agent_name_the_reported_state(
     bridge: AgentBridge, phase: Phase
 ) -> None:
     walk(bridge, path_to(phase))
-    bridge.last_error = "agent exited: code 3"
+    bridge.errors.last_error = "agent exited: code 3"
     with pytest.raises(ApiError) as refused:
         bridge.begin_turn("hello")
     assert refused.value.status == 409

@@ -24,13 +24,12 @@ from agentsession.agentctl.bridge.agent_errors import ERROR_MAX_CHARS, AgentErro
 from agentsession.agentctl.bridge.intake import MAX_GARBAGE_REPORTS, MessageIntake
 from agentsession.agentctl.bridge.phases import Phase, PhaseMachine
 from agentsession.agentctl.bridge.turns import prompt_blocks
-from agentsession.agentctl.config import Config
 from agentsession.agentctl.errors import ApiError
 from agentsession.agentctl.events import EventHub
 from agentsession.agentctl.journal import Journal
 from agentsession.agentctl.metrics import Metrics
-from agentsession.agentctl.services import Services
 from agentsession.agentctl.session_store import SessionStore
+from tests.support.agentctl_bridge import unit_bridge
 
 WAIT = 5.0
 
@@ -245,26 +244,8 @@ def test_a_prompt_becomes_content_blocks_or_a_422_saying_where() -> None:
 
 @pytest.fixture
 def bridge(tmp_path: Path) -> Iterator[AgentBridge]:
-    config = Config(
-        host="127.0.0.1",
-        port=0,
-        workdir=tmp_path,
-        state_dir=tmp_path / ".agentctl",
-        agent_command=("false",),
-        agent_fifo_dir=None,
-        token=None,
-        permission_timeout=1.0,
-        attach_timeout=WAIT,
-        drain_timeout=1.0,
-        max_body_bytes=1024,
-        shell_command=("false",),
-        log_format="text",
-        log_level="INFO",
-        child_env={},
-    )
-    services = Services.build(config)
-    yield services.bridge
-    services.journal.close()
+    with unit_bridge(tmp_path, attach_timeout=WAIT) as made:
+        yield made
 
 
 class KeyAgent:

@@ -20,10 +20,9 @@ from agentsession.agentctl.bridge.phases import (
     IllegalTransition,
     Phase,
 )
-from agentsession.agentctl.config import Config
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl.services import Services
 from agentsession.contract.wire import AgentState
+from tests.support.agentctl_bridge import unit_bridge
 
 P = Phase
 
@@ -98,26 +97,8 @@ def path_to(target: Phase) -> list[Phase]:
 
 @pytest.fixture
 def bridge(tmp_path: Path) -> Iterator[AgentBridge]:
-    config = Config(
-        host="127.0.0.1",
-        port=0,
-        workdir=tmp_path,
-        state_dir=tmp_path / ".agentctl",
-        agent_command=("false",),
-        agent_fifo_dir=None,
-        token=None,
-        permission_timeout=1.0,
-        attach_timeout=1.0,
-        drain_timeout=1.0,
-        max_body_bytes=1024,
-        shell_command=("false",),
-        log_format="text",
-        log_level="INFO",
-        child_env={},
-    )
-    services = Services.build(config)
-    yield services.bridge
-    services.journal.close()
+    with unit_bridge(tmp_path) as made:
+        yield made
 
 
 def walk(bridge: AgentBridge, path: list[Phase]) -> None:

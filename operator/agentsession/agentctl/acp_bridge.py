@@ -19,6 +19,7 @@ from agentsession.agentctl.bridge.acp_state import AcpState
 from agentsession.agentctl.bridge.agent_errors import AgentErrors
 from agentsession.agentctl.bridge.agent_requests import BridgeClient
 from agentsession.agentctl.bridge.attachment import Attachment
+from agentsession.agentctl.bridge.context import BridgeContext
 from agentsession.agentctl.bridge.intake import MessageIntake
 from agentsession.agentctl.bridge.lifecycle import CONFIGURED_WAIT, Lifecycle
 from agentsession.agentctl.bridge.phases import Phase, PhaseMachine
@@ -49,48 +50,27 @@ class AgentBridge:
         self.acp = AcpState()
         self.errors = AgentErrors(hub, metrics, lambda: self.acp.session_id)
         self._tasks = Supervisor("agentctl", log)
+        ctx = BridgeContext(
+            config,
+            transport,
+            hub,
+            permissions,
+            metrics,
+            store,
+            self.phases,
+            self.acp,
+            self.errors,
+            self._tasks,
+        )
         intake = MessageIntake(self.acp, store, hub, metrics, self.errors)
 
         async def after_exit(reason: str, turn_was_running: bool, lost: str | None) -> None:
             await self.lifecycle.after_exit(reason, turn_was_running, lost)
 
-        self.attachment = Attachment(
-            transport,
-            self.phases,
-            intake,
-            BridgeClient(permissions, self.errors),
-            metrics,
-            self.errors,
-            self._tasks,
-            after_exit,
-        )
-        self.session = AcpSession(
-            config, self.phases, self.attachment, self.acp, store, hub, intake, self.errors
-        )
-        self.turns = Turns(
-            self.phases,
-            self.attachment,
-            self.session,
-            self.acp,
-            intake,
-            hub,
-            metrics,
-            permissions,
-            self._tasks,
-        )
-        self.lifecycle = Lifecycle(
-            config,
-            transport,
-            self.phases,
-            self.attachment,
-            self.session,
-            self.turns,
-            self.acp,
-            store,
-            permissions,
-            self.errors,
-            self._tasks,
-        )
+        self.attachment = Attachment(ctx, intake, BridgeClient(permissions, self.errors), after_exit)
+        self.session = AcpSession(ctx, self.attachment, intake)
+        self.turns = Turns(ctx, self.attachment, self.session, intake)
+        self.lifecycle = Lifecycle(ctx, self.attachment, self.session, self.turns)
 
     # ----- state -----
 

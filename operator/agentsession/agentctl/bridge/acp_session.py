@@ -19,15 +19,12 @@ from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementatio
 
 from agentsession.agentctl import __version__
 from agentsession.agentctl.bridge import log
-from agentsession.agentctl.bridge.acp_state import AcpState, dump
-from agentsession.agentctl.bridge.agent_errors import AgentErrors
+from agentsession.agentctl.bridge.acp_state import dump
 from agentsession.agentctl.bridge.attachment import Attachment
+from agentsession.agentctl.bridge.context import BridgeContext
 from agentsession.agentctl.bridge.intake import MessageIntake
-from agentsession.agentctl.bridge.phases import ACP_INITIALIZED, IN_SESSION, Phase, PhaseMachine
-from agentsession.agentctl.config import Config
+from agentsession.agentctl.bridge.phases import ACP_INITIALIZED, IN_SESSION, Phase
 from agentsession.agentctl.errors import ApiError, conflict, from_agent_error
-from agentsession.agentctl.events import EventHub
-from agentsession.agentctl.session_store import SessionStore
 from agentsession.api.acp import SESSION_ID_MAX_CHARS
 
 T = TypeVar("T")
@@ -42,31 +39,19 @@ CLIENT_INFO = Implementation(name="agentctl", title="agentctl", version=__versio
 
 
 class AcpSession:
-    def __init__(
-        self,
-        config: Config,
-        phases: PhaseMachine,
-        attachment: Attachment,
-        acp: AcpState,
-        store: SessionStore,
-        hub: EventHub,
-        intake: MessageIntake,
-        errors: AgentErrors,
-    ) -> None:
-        self._config = config
-        self._phases = phases
+    def __init__(self, ctx: BridgeContext, attachment: Attachment, intake: MessageIntake) -> None:
+        self._ctx = ctx
+        self._phases, self._acp, self._store = ctx.phases, ctx.acp, ctx.store
         self._attachment = attachment
-        self._acp = acp
-        self._store = store
-        self._hub = hub
         self._intake = intake
-        self._errors = errors
 
     async def call(self, method: str, call: Awaitable[T], wait_s: float | None = None) -> T:
         """The agent's answer to `call`, within `wait_s` (default: the attach timeout)."""
         ended = self._attachment.ended
         try:
-            return await asyncio.wait_for(call, wait_s if wait_s is not None else self._config.attach_timeout)
+            return await asyncio.wait_for(
+                call, wait_s if wait_s is not None else self._ctx.config.attach_timeout
+            )
         except RequestError as exc:
             raise from_agent_error(method, exc) from exc
         except TimeoutError:
@@ -120,7 +105,7 @@ class AcpSession:
 
     def _check_cwd(self, cwd: str | None) -> str:
         if cwd is None:
-            return self._acp.cwd or self._store.record.cwd or str(self._config.workdir)
+            return self._acp.cwd or self._store.record.cwd or str(self._ctx.config.workdir)
         path = Path(cwd)
         if not path.is_absolute() or "\x00" in cwd:
             raise ApiError(422, "validation_error", f"cwd must be an absolute path, got {cwd!r}")
@@ -129,7 +114,7 @@ class AcpSession:
         return cwd
 
     async def initialize(self, protocol_version: int = PROTOCOL_VERSION) -> dict[str, Any]:
-        conn = await self._attachment.attach(self._config.attach_timeout)
+        conn = await self._attachment.attach(self._ctx.config.attach_timeout)
         try:
             resp = await self.call(
                 "initialize",
@@ -140,7 +125,7 @@ class AcpSession:
                 ),
             )
         except ApiError as exc:
-            self._errors.note(exc.message)
+            self._ctx.errors.note(exc.message)
             # Not after an exit or a stop meanwhile, nor when a working connection is initialized again.
             if self._phases.phase is Phase.CONNECTED:
                 self._phases.move(Phase.UNANSWERED)
@@ -179,7 +164,7 @@ class AcpSession:
         if not self._acp.load_session:
             raise ApiError(501, "agent_unsupported", "the agent does not support session/load")
         cwd = self._check_cwd(cwd)
-        replaying = self._hub.journal.has_entries()
+        replaying = self._ctx.hub.journal.has_entries()
         self._intake.replay = "all" if replaying else "off"
         try:
             resp = await self._authenticated(

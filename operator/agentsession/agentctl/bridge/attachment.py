@@ -17,15 +17,12 @@ from acp import Client, connect_to_agent
 from acp.client.connection import ClientSideConnection
 
 from agentsession.agentctl.bridge import log
-from agentsession.agentctl.bridge.agent_errors import AgentErrors
 from agentsession.agentctl.bridge.agent_requests import BridgeClient
+from agentsession.agentctl.bridge.context import BridgeContext
 from agentsession.agentctl.bridge.intake import MessageIntake
-from agentsession.agentctl.bridge.phases import ATTACHED, Phase, PhaseMachine
+from agentsession.agentctl.bridge.phases import ATTACHED, Phase
 from agentsession.agentctl.channel import AgentChannel
 from agentsession.agentctl.errors import agent_unavailable, conflict
-from agentsession.agentctl.metrics import Metrics
-from agentsession.agentctl.transport import AgentTransport
-from agentsession.tasks import Supervisor
 
 # Longer than a transport takes to learn how its agent ended (the subprocess one waits up to 3 s).
 EXIT_REASON_WAIT = 5.0
@@ -50,23 +47,13 @@ def settle(future: asyncio.Future[str], result: str) -> None:
 
 class Attachment:
     def __init__(
-        self,
-        transport: AgentTransport,
-        phases: PhaseMachine,
-        intake: MessageIntake,
-        client: BridgeClient,
-        metrics: Metrics,
-        errors: AgentErrors,
-        tasks: Supervisor,
-        on_lost: OnLost,
+        self, ctx: BridgeContext, intake: MessageIntake, client: BridgeClient, on_lost: OnLost
     ) -> None:
-        self._transport = transport
-        self._phases = phases
+        self._ctx = ctx
+        self._transport = ctx.transport
+        self._phases = ctx.phases
         self._intake = intake
         self._client = client
-        self._metrics = metrics
-        self._errors = errors
-        self._tasks = tasks
         self._on_lost = on_lost
         # The connection and channel of the attachment, set in the phases of ATTACHED.
         self.conn: ClientSideConnection | None = None
@@ -95,7 +82,7 @@ class Attachment:
                     f"the agent did not connect within {wait_s:g}s ({self._transport.name} transport); retry later"
                 ) from None
             if isinstance(exc, ConnectionError | OSError):
-                self._errors.note(str(exc))
+                self._ctx.errors.note(str(exc))
                 raise agent_unavailable(str(exc)) from exc
             raise
         # "running" waits for the agent's answer to initialize: an open pipe alone does not prove an agent.
@@ -113,14 +100,14 @@ class Attachment:
         self.ended = asyncio.get_running_loop().create_future()
         self.pid = pipes.pid
         self.count += 1
-        self._metrics.agent_attachments.inc()
+        self._ctx.metrics.agent_attachments.inc()
         intake.attached()
         return conn
 
     def require(self) -> ClientSideConnection:
         """The attached agent's connection; a 409 that names the state when none is attached."""
         if self._phases.phase not in ATTACHED:
-            last_error = self._errors.last_error
+            last_error = self._ctx.errors.last_error
             raise conflict(
                 f"the agent is not attached (state {self._phases.state}"
                 + (f", last error: {last_error}" if last_error else "")
@@ -175,7 +162,7 @@ class Attachment:
         turn_was_running = self._phases.turn_running
         self.conn = self._channel = None
         self._phases.move(Phase.EXITED)
-        self._tasks.spawn(self._learn_end(conn, ended, turn_was_running, lost), "exit")
+        self._ctx.tasks.spawn(self._learn_end(conn, ended, turn_was_running, lost), "exit")
 
     async def _learn_end(
         self, conn: ClientSideConnection, ended: asyncio.Future[str], turn_was_running: bool, lost: str | None

@@ -17,18 +17,12 @@ from acp import PROTOCOL_VERSION
 
 from agentsession.agentctl.bridge import log
 from agentsession.agentctl.bridge.acp_session import AcpSession
-from agentsession.agentctl.bridge.acp_state import AcpState
-from agentsession.agentctl.bridge.agent_errors import AgentErrors
 from agentsession.agentctl.bridge.attachment import Attachment
-from agentsession.agentctl.bridge.phases import ACP_INITIALIZED, IN_SESSION, Phase, PhaseMachine
+from agentsession.agentctl.bridge.context import BridgeContext
+from agentsession.agentctl.bridge.phases import ACP_INITIALIZED, IN_SESSION, Phase
 from agentsession.agentctl.bridge.turns import Turns
-from agentsession.agentctl.config import Config
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl.permissions import PermissionBroker
-from agentsession.agentctl.session_store import SessionStore
-from agentsession.agentctl.transport import AgentTransport
 from agentsession.contract.wire import StartRequest, StartResponse
-from agentsession.tasks import Supervisor
 
 # Errors that mean no answer came from the agent, as opposed to an answer that says no.
 AGENT_GONE = frozenset({"agent_exited", "agent_timeout", "agent_unavailable"})
@@ -41,31 +35,12 @@ CONFIGURED_WAIT = -1
 
 
 class Lifecycle:
-    def __init__(
-        self,
-        config: Config,
-        transport: AgentTransport,
-        phases: PhaseMachine,
-        attachment: Attachment,
-        session: AcpSession,
-        turns: Turns,
-        acp: AcpState,
-        store: SessionStore,
-        permissions: PermissionBroker,
-        errors: AgentErrors,
-        tasks: Supervisor,
-    ) -> None:
-        self._config = config
-        self._transport = transport
-        self._phases = phases
+    def __init__(self, ctx: BridgeContext, attachment: Attachment, session: AcpSession, turns: Turns) -> None:
+        self._ctx = ctx
+        self._transport, self._phases, self._acp = ctx.transport, ctx.phases, ctx.acp
         self._attachment = attachment
         self._session = session
         self._turns = turns
-        self._acp = acp
-        self._store = store
-        self._permissions = permissions
-        self._errors = errors
-        self._tasks = tasks
         self._lock = asyncio.Lock()
         # What the operator asked for last, start or stop: a fifo agent that exits is waited for only after a start.
         self._resume_wanted = False
@@ -75,8 +50,10 @@ class Lifecycle:
     # ----- the operator's entry points -----
 
     async def start(self, req: StartRequest, attach_wait_s: float | None = CONFIGURED_WAIT) -> StartResponse:
-        attach_timeout = self._config.attach_timeout if attach_wait_s == CONFIGURED_WAIT else attach_wait_s
-        acp, record, session = self._acp, self._store.record, self._session
+        attach_timeout = (
+            self._ctx.config.attach_timeout if attach_wait_s == CONFIGURED_WAIT else attach_wait_s
+        )
+        acp, record, session = self._acp, self._ctx.store.record, self._session
         async with self._lock:
             self._resume_wanted = True
             self._turns.stopping = False
@@ -140,7 +117,7 @@ class Lifecycle:
             conn = self._attachment.let_go("agentctl stopped the agent")
             self._phases.move(Phase.STOPPING)
             try:
-                self._permissions.cancel_all("agent_stopped")
+                self._ctx.permissions.cancel_all("agent_stopped")
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
@@ -154,7 +131,7 @@ class Lifecycle:
 
     def prepare_in_background(self) -> None:
         if self._preparing is None or self._preparing.done():
-            self._preparing = self._tasks.spawn(self.prepare(), "prepare")
+            self._preparing = self._ctx.tasks.spawn(self.prepare(), "prepare")
 
     async def prepare(self) -> None:
         """In a pod the agent runs before anyone asks for a session: attach and initialize it now, so a start only
@@ -166,7 +143,7 @@ class Lifecycle:
             async with self._lock:
                 if not self._preparable():
                     return
-                await self._attachment.attach(self._config.attach_timeout)
+                await self._attachment.attach(self._ctx.config.attach_timeout)
                 await self._session.initialize()
                 log.info("the agent answered ACP initialize", extra={"agent": self._acp.agent_info})
 
@@ -182,21 +159,23 @@ class Lifecycle:
     async def after_exit(self, reason: str, turn_was_running: bool, lost: str | None) -> None:
         """The attachment ended without agentctl asking: the agent exited (`lost` None) or agentctl lost its
         connection to it (`lost` says how); `reason` is how it ended."""
-        self._permissions.cancel_all("agent_exited")
+        self._ctx.permissions.cancel_all("agent_exited")
         if self._phases.phase is not Phase.EXITED:
             return  # a stop took over while the reason was learned, and says how the attachment ended
         self._reset()
         self._phases.move(Phase.FAILED)
         if lost is None:
             what = "agent exited during a turn" if turn_was_running else "agent exited"
-            self._errors.record(f"{what}: {reason}", "agent_exited")
+            self._ctx.errors.record(f"{what}: {reason}", "agent_exited")
             self._attach_again()
         else:
             what = "during a turn: " if turn_was_running else ""
-            self._errors.record(f"agentctl lost the ACP connection to the agent {what}{reason}", "agent_lost")
+            self._ctx.errors.record(
+                f"agentctl lost the ACP connection to the agent {what}{reason}", "agent_lost"
+            )
             # A start meanwhile attaches an agent of its own (the transport stops this one first).
             await self._transport.detach(stop_agent=True)
-            self._tasks.spawn(self._attach_again_after(LOST_REATTACH_DELAY), "attach again")
+            self._ctx.tasks.spawn(self._attach_again_after(LOST_REATTACH_DELAY), "attach again")
 
     def _attach_again(self) -> None:
         """After the agent's end: a pod's agent is attached again as soon as its container has restarted."""
@@ -206,7 +185,7 @@ class Lifecycle:
         if not self._resume_wanted:
             self.prepare_in_background()
         elif self._reattach is None or self._reattach.done():
-            self._reattach = self._tasks.spawn(self._reattach_loop(), "reattach")
+            self._reattach = self._ctx.tasks.spawn(self._reattach_loop(), "reattach")
 
     async def _attach_again_after(self, delay: float) -> None:
         await asyncio.sleep(delay)

@@ -13,16 +13,13 @@ from acp.schema import PromptRequest
 from pydantic import ValidationError
 
 from agentsession.agentctl.bridge.acp_session import AcpSession
-from agentsession.agentctl.bridge.acp_state import AcpState, dump
+from agentsession.agentctl.bridge.acp_state import dump
 from agentsession.agentctl.bridge.attachment import Attachment
+from agentsession.agentctl.bridge.context import BridgeContext
 from agentsession.agentctl.bridge.intake import MessageIntake
-from agentsession.agentctl.bridge.phases import Phase, PhaseMachine
+from agentsession.agentctl.bridge.phases import Phase
 from agentsession.agentctl.clock import utc_now
 from agentsession.agentctl.errors import ApiError, conflict
-from agentsession.agentctl.events import EventHub
-from agentsession.agentctl.metrics import Metrics
-from agentsession.agentctl.permissions import PermissionBroker
-from agentsession.tasks import Supervisor
 
 Prompt = str | list[dict[str, Any]]
 # A turn runs as long as the agent works on it: it ends with its answer, a cancel, or the agent's exit.
@@ -51,26 +48,13 @@ def prompt_blocks(prompt: Prompt, session_id: str) -> list[Any]:
 
 class Turns:
     def __init__(
-        self,
-        phases: PhaseMachine,
-        attachment: Attachment,
-        session: AcpSession,
-        acp: AcpState,
-        intake: MessageIntake,
-        hub: EventHub,
-        metrics: Metrics,
-        permissions: PermissionBroker,
-        tasks: Supervisor,
+        self, ctx: BridgeContext, attachment: Attachment, session: AcpSession, intake: MessageIntake
     ) -> None:
-        self._phases = phases
+        self._ctx = ctx
+        self._phases, self._hub, self._metrics = ctx.phases, ctx.hub, ctx.metrics
         self._attachment = attachment
         self._session = session
-        self._acp = acp
         self._intake = intake
-        self._hub = hub
-        self._metrics = metrics
-        self._permissions = permissions
-        self._tasks = tasks
         self._turn: asyncio.Task[str] | None = None
         # Set by a drain: the pod is stopping, so no new turn may begin; a start clears it.
         self.stopping = False
@@ -101,11 +85,11 @@ class Turns:
                     "update": {"sessionUpdate": "user_message_chunk", "content": dump(block)},
                 },
             )
-        self._acp.turn_started_at = utc_now()
+        self._ctx.acp.turn_started_at = utc_now()
         self._phases.move(Phase.TURN)
         turn = asyncio.create_task(self._run(conn, sid, blocks), name="agentctl: turn")
         self._turn = turn
-        self._tasks.spawn(_hold(turn), "turn")
+        self._ctx.tasks.spawn(_hold(turn), "turn")
         return turn
 
     async def _run(self, conn: ClientSideConnection, session_id: str, blocks: list[Any]) -> str:
@@ -125,7 +109,7 @@ class Turns:
         finally:
             self._metrics.turns.labels(stop_reason).inc()
             self._metrics.turn_duration.observe(time.monotonic() - started)
-            self._acp.last_stop_reason = stop_reason
+            self._ctx.acp.last_stop_reason = stop_reason
             if stop_reason != "error":
                 self._hub.publish("turn_end", {"sessionId": session_id, "stopReason": stop_reason})
             # Not when the agent exited or was stopped meanwhile: then the turn ended with its attachment.
@@ -137,6 +121,6 @@ class Turns:
         sid = self._session.require_session(session_id)
         conn = self._attachment.require()
         # ACP: on cancel the client answers every pending permission request of the turn with "cancelled".
-        self._permissions.cancel_all("turn_cancelled")
+        self._ctx.permissions.cancel_all("turn_cancelled")
         await self._session.call("session/cancel", conn.cancel(session_id=sid))
         return self._phases.turn_running

@@ -17,14 +17,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from agentsession.agentctl_client import AgentctlApi, AgentctlClient, AgentctlError
-from agentsession.agentctl_client.fake import (
+from agentsession.contract.routes import HISTORY, START, STATUS
+from agentsession.contract.wire import ENTRY_MAX_BYTES, JournalEntry, StartRequest
+from agentsession.testing.fake_agentctl import (
     PERMISSION_OPTIONS,
     FakeAgentctl,
     FakeAgentctlConnector,
     FakeTurn,
 )
-from agentsession.contract.routes import HISTORY, START, STATUS
-from agentsession.contract.wire import ENTRY_MAX_BYTES, JournalEntry, StartRequest
 from tests.support.processes import agentctl_process, free_port
 
 TOKEN = "contract-token"

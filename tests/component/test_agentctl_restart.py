@@ -7,7 +7,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentsession.agentctl.acp_bridge import CONVERSATION_KINDS
+from agentsession.agentctl.bridge.intake import CONVERSATION_KINDS
 from tests.component.conftest import VENV_BIN, Agentctl, frames_until, update_kind, wait_until
 
 

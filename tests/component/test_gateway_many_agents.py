@@ -16,7 +16,7 @@ from benchmarks.agentctl_standin import build_app as standin_app
 from agentsession.api.constants import API_VERSION, KIND
 from agentsession.gateway.config import GatewayConfig
 from agentsession.gateway.server import CACHE, build_app
-from agentsession.kube.fake import FakeKube
+from agentsession.testing.fake_kube import FakeKube
 from tests.component.conftest import wait_until
 from tests.support.release_key import key_file
 

@@ -16,7 +16,7 @@ from agentsession.gateway.config import GatewayConfig
 from agentsession.gateway.connection import CLOSE_SLOW_CONSUMER, Connection
 from agentsession.gateway.events import AgentStatusChanged
 from agentsession.gateway.server import CACHE, REGISTRY, build_app
-from agentsession.kube.fake import FakeKube
+from agentsession.testing.fake_kube import FakeKube
 from tests.component.conftest import wait_until
 from tests.support.gateway import Client
 from tests.support.release_key import key_file

@@ -46,8 +46,10 @@ async def created_objects_have_identity_and_conflict(kube: Kube, namespace: str)
     assert refused.value.status == 409
     again, made = await create_or_read(kube, _secret(namespace, name))
     assert (again["metadata"]["uid"], made) == (created["metadata"]["uid"], False)
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound) as missing:
         await kube.get(SECRETS, namespace, f"{name}-missing")
+    # The message names the call the same way from either: a condition or a log line built from it reads alike.
+    assert str(missing.value).startswith(f"get Secret {namespace}/{name}-missing failed: HTTP 404 NotFound: ")
 
 
 async def spec_and_status_patches(kube: Kube, namespace: str) -> None:

@@ -10,20 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from agentsession.agentctl.acp_bridge import (
+from agentsession.agentctl.acp_bridge import AgentBridge
+from agentsession.agentctl.bridge.phases import (
     ACP_INITIALIZED,
     ATTACHED,
     IN_SESSION,
     REPORTED_STATE,
     TRANSITIONS,
-    AgentBridge,
     IllegalTransition,
     Phase,
 )
-from agentsession.agentctl.config import Config
 from agentsession.agentctl.errors import ApiError
-from agentsession.agentctl.services import Services
 from agentsession.contract.wire import AgentState
+from tests.support.agentctl_bridge import unit_bridge
 
 P = Phase
 
@@ -98,32 +97,14 @@ def path_to(target: Phase) -> list[Phase]:
 
 @pytest.fixture
 def bridge(tmp_path: Path) -> Iterator[AgentBridge]:
-    config = Config(
-        host="127.0.0.1",
-        port=0,
-        workdir=tmp_path,
-        state_dir=tmp_path / ".agentctl",
-        agent_command=("false",),
-        agent_fifo_dir=None,
-        token=None,
-        permission_timeout=1.0,
-        attach_timeout=1.0,
-        drain_timeout=1.0,
-        max_body_bytes=1024,
-        shell_command=("false",),
-        log_format="text",
-        log_level="INFO",
-        child_env={},
-    )
-    services = Services.build(config)
-    yield services.bridge
-    services.journal.close()
+    with unit_bridge(tmp_path) as made:
+        yield made
 
 
 def walk(bridge: AgentBridge, path: list[Phase]) -> None:
     assert bridge.phase is path[0]
     for phase in path[1:]:
-        bridge._move(phase)
+        bridge.phases.move(phase)
         assert bridge.phase is phase
 
 
@@ -160,7 +141,7 @@ def test_illegal_moves_are_refused_with_a_409_naming_them(
     assert target not in TRANSITIONS[current]
     walk(bridge, path_to(current))
     with pytest.raises(IllegalTransition) as refused:
-        bridge._move(target)
+        bridge.phases.move(target)
     assert (refused.value.status, refused.value.code) == (409, "conflict")
     assert refused.value.message == f"the agent cannot go from {current.value} to {target.value}"
     assert bridge.phase is current
@@ -169,9 +150,9 @@ def test_illegal_moves_are_refused_with_a_409_naming_them(
 def test_the_bridge_refuses_every_move_the_table_lacks(bridge: AgentBridge) -> None:
     for current in Phase:
         for target in set(Phase) - TRANSITIONS[current]:
-            bridge._phase = current
+            bridge.phases._phase = current
             with pytest.raises(IllegalTransition):
-                bridge._move(target)
+                bridge.phases.move(target)
             assert bridge.phase is current
 
 
@@ -194,7 +175,7 @@ def test_requests_without_an_attached_agent_name_the_reported_state(
     bridge: AgentBridge, phase: Phase
 ) -> None:
     walk(bridge, path_to(phase))
-    bridge.last_error = "agent exited: code 3"
+    bridge.errors.last_error = "agent exited: code 3"
     with pytest.raises(ApiError) as refused:
         bridge.begin_turn("hello")
     assert refused.value.status == 409

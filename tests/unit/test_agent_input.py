@@ -12,7 +12,6 @@ from typing import Any, cast
 import pytest
 from acp import Client, connect_to_agent
 
-from agentsession.agentctl.acp_bridge import KNOWN_KINDS, receive_loop
 from agentsession.agentctl.agent_input import (
     INVALID_REQUEST,
     MAX_DEPTH,
@@ -24,6 +23,8 @@ from agentsession.agentctl.agent_input import (
     parse_message,
     too_deep,
 )
+from agentsession.agentctl.bridge.attachment import receive_loop
+from agentsession.agentctl.bridge.intake import KNOWN_KINDS
 from agentsession.agentctl.channel import ANSWERS_BUFFER_MAX, AgentChannel
 from agentsession.agentctl.session_store import SessionRecord, SessionStore
 from agentsession.agentctl.transport import LINE_LIMIT, AgentPipes

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from agentsession.agentctl_client import AgentctlApi
-from agentsession.agentctl_client.fake import FakeAgentctl, FakeAgentctlConnector, FakeTurn
 from agentsession.api.constants import API_VERSION, KIND
 from agentsession.api.models import AgentSessionStatus
 from agentsession.contract.wire import StartRequest
@@ -29,8 +28,9 @@ from agentsession.gateway.events import (
 )
 from agentsession.gateway.lifecycle_dialect import LifecycleCodec
 from agentsession.gateway.watch_cache import SessionCache
-from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS
+from agentsession.testing.fake_agentctl import FakeAgentctl, FakeAgentctlConnector, FakeTurn
+from agentsession.testing.fake_kube import FakeKube
 from tests.support.release_key import token_of
 
 NS, NAME = "team", "s1"

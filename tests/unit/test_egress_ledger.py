@@ -14,8 +14,8 @@ from agentsession.api.manifest import Manifest
 from agentsession.egress_proxy.directory import SessionInfo, session_info
 from agentsession.egress_proxy.ledger import Ledger, latest
 from agentsession.egress_proxy.prices import Tokens
-from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS
+from agentsession.testing.fake_kube import FakeKube
 
 NS, NAME = "team", "s1"
 

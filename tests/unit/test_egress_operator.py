@@ -31,8 +31,8 @@ from agentsession.controller.pod_builder import (
 )
 from agentsession.controller.reconciler import Reconciler
 from agentsession.controller.triggers import budget_turned
-from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import NAMESPACES, SERVICES
+from agentsession.testing.fake_kube import FakeKube
 from tests.support.pod_security import restricted_violations, secret_references
 from tests.unit.test_pool import POOL, PoolWorld
 from tests.unit.test_reconciler import NAME, NS, World

@@ -12,8 +12,8 @@ import pytest
 from agentsession.controller.config import AgentctlNetworkPolicy, EgressProxy, OperatorConfig
 from agentsession.controller.network_policy import build_policy, policy_keeper
 from agentsession.controller.policy_reach import Destination, PodAt, egress_allowed, selects
-from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import NETWORK_POLICIES
+from agentsession.testing.fake_kube import FakeKube
 
 NS = "team-a"
 RELEASE_NS = "agentsession-system"

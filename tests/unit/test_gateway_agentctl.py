@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from agentsession.agentctl_client import BAD_ANSWER, AgentctlError
-from agentsession.agentctl_client.fake import PERMISSION_OPTIONS, FakeAgentctl, FakeTurn
 from agentsession.contract.wire import StartRequest, StatusResponse
 from agentsession.gateway import commands as c
 from agentsession.gateway.commands import Command
@@ -20,6 +19,7 @@ from agentsession.gateway.replies import Initialized
 from agentsession.gateway.service import Service
 from agentsession.gateway.sessions import Session
 from agentsession.gateway.upstream import JournalPosition, ShellStream, UpdateStream, request_error
+from agentsession.testing.fake_agentctl import PERMISSION_OPTIONS, FakeAgentctl, FakeTurn
 
 AGENT = "ns/a"
 

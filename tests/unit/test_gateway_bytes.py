@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from agentsession.agentctl_client.fake import FakeAgentctl
 from agentsession.contract.wire import JournalEntry
 from agentsession.gateway import commands as c
 from agentsession.gateway.auth import DEV_IDENTITY
@@ -25,6 +24,7 @@ from agentsession.gateway.lifecycle_dialect import LifecycleCodec
 from agentsession.gateway.service import Service
 from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.gateway.upstream import ShellStream
+from agentsession.testing.fake_agentctl import FakeAgentctl
 from tests.unit.test_agent_registry import AGENT, KEY, Gateway, until
 from tests.unit.test_gateway_hostile_input import Socket
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from aiohttp import WSMessage, WSMsgType
 
-from agentsession.agentctl_client.fake import FakeAgentctlConnector
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.auth import DEV_IDENTITY
 from agentsession.gateway.codec import Codec
@@ -24,8 +23,9 @@ from agentsession.gateway.server import _serve, _take
 from agentsession.gateway.service import Service
 from agentsession.gateway.task_dialect import TaskCodec
 from agentsession.gateway.watch_cache import SessionCache
-from agentsession.kube.fake import FakeKube
 from agentsession.tasks import Supervisor
+from agentsession.testing.fake_agentctl import FakeAgentctlConnector
+from agentsession.testing.fake_kube import FakeKube
 from tests.support.release_key import token_of
 
 WAIT = 5.0

@@ -6,9 +6,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from agentsession.kube.errors import Forbidden, Gone
-from agentsession.kube.fake import FakeKube, merge_patch
+from agentsession.kube.errors import Forbidden, Gone, KubeError
 from agentsession.kube.resources import AGENT_SESSIONS, PODS
+from agentsession.testing.fake_kube import FakeKube, merge_patch
 from tests.support import kube_contract
 
 
@@ -50,6 +50,22 @@ async def test_a_watch_from_a_compacted_version_is_gone() -> None:
     kube = FakeKube()
     await kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}})
     kube.compact()
-    with pytest.raises(Gone):
+    with pytest.raises(Gone) as gone:
         async for _ in kube.watch(PODS, "ns", resource_version="0", timeout_seconds=1, inactivity_timeout=1):
             pass
+    assert str(gone.value).startswith("watch pods in ns failed: HTTP 410 Expired")
+
+
+async def test_refused_calls_are_named_as_the_real_client_names_them() -> None:
+    kube = FakeKube()
+    kube.refuse("list", "Pod", 503, "etcd is not ready", "ServiceUnavailable")
+    kube.refuse("patch-status", "AgentSession", 403, "denied", "Forbidden")
+    with pytest.raises(KubeError) as listing:
+        await kube.list(PODS, None)
+    assert (
+        str(listing.value)
+        == "list pods in all namespaces failed: HTTP 503 ServiceUnavailable: etcd is not ready"
+    )
+    with pytest.raises(Forbidden) as patching:
+        await kube.patch(AGENT_SESSIONS, "ns", "a", {"status": {}}, status=True)
+    assert str(patching.value) == "patch status of AgentSession ns/a failed: HTTP 403 Forbidden: denied"

@@ -28,8 +28,8 @@ from agentsession.controller.leader import (
     sighted,
 )
 from agentsession.kube.errors import Conflict
-from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import LEASES, Resource
+from agentsession.testing.fake_kube import FakeKube
 
 WALL = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 STAMP = "2026-01-02T03:04:05.678901Z"

@@ -14,8 +14,8 @@ from agentsession.controller.network_policy import (
     build_policy,
     merge_patch_to,
 )
-from agentsession.kube.fake import FakeKube, merge_patch
 from agentsession.kube.resources import NETWORK_POLICIES
+from agentsession.testing.fake_kube import FakeKube, merge_patch
 from tests.unit.test_pool import PoolWorld
 from tests.unit.test_reconciler import NS, POD, World
 

@@ -12,12 +12,6 @@ from typing import Any
 import pytest
 
 from agentsession.agentctl_client import AgentctlError
-from agentsession.agentctl_client.fake import (
-    PERMISSION_OPTIONS,
-    FakeAgentctl,
-    FakeAgentctlConnector,
-    FakeTurn,
-)
 from agentsession.api.acp import MODES_MAX, MODES_MAX_BYTES, SessionMode
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
 from agentsession.api.models import AgentSessionSpec
@@ -33,9 +27,15 @@ from agentsession.controller.decisions import (
 )
 from agentsession.controller.pod_builder import build_pod, build_token_secret
 from agentsession.controller.reconciler import Reconciler
-from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS, SECRETS
 from agentsession.kube.views import SessionView
+from agentsession.testing.fake_agentctl import (
+    PERMISSION_OPTIONS,
+    FakeAgentctl,
+    FakeAgentctlConnector,
+    FakeTurn,
+)
+from agentsession.testing.fake_kube import FakeKube
 
 NS, NAME, POD = "team", "s1", "s1-agent"
 POD_IP = "10.0.0.7"

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import base64
 
-from agentsession.agentctl_client.fake import FakeAgentctlConnector
 from agentsession.api.constants import TOKEN_KEY
 from agentsession.controller.pool_builder import stem_of
 from agentsession.controller.pool_reconciler import PoolReconciler
 from agentsession.controller.reconciler import Reconciler
 from agentsession.gateway.agents import AgentRegistry
 from agentsession.gateway.watch_cache import SessionCache
+from agentsession.testing.fake_agentctl import FakeAgentctlConnector
 from tests.support.release_key import token_of
 from tests.unit.test_pool import POOL, PoolWorld
 from tests.unit.test_reconciler import NAME, NS, Kubelet

@@ -23,7 +23,8 @@ from agentsession.contract.routes import OPENAPI
 
 
 async def prepare_agent(svc: Services) -> None:
-    """A pod's agent is running already: initialize it as soon as the ACP side is loaded (`AgentBridge.prepare`)."""
+    """A pod's agent is running already: initialize it as soon as the ACP side is loaded
+    (`bridge.lifecycle.Lifecycle.prepare`)."""
     await svc.acp_loaded()
     svc.bridge.prepare_in_background()
 

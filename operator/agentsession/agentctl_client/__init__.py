@@ -1,4 +1,5 @@
-"""The one client of agentctl's API, shared by the operator and the gateway, and its in-memory fake."""
+"""The one client of agentctl's API, shared by the operator and the gateway (its in-memory fake is in
+`agentsession.testing`)."""
 
 from agentsession.agentctl_client.client import (
     BAD_ANSWER,

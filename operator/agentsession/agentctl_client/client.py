@@ -2,7 +2,8 @@
 
 Paths, methods and query names come from the route table (`agentsession.contract.routes`) and answers are
 parsed into the contract's models (`agentsession.contract.wire`), so this client and the server cannot drift.
-Callers depend on the `AgentctlApi` protocol; `FakeAgentctl` implements it in memory for unit tests.
+Callers depend on the `AgentctlApi` protocol; `testing.fake_agentctl.FakeAgentctl` implements it in memory for
+unit tests.
 
 What answers is not trusted to be small: agentctl's image may be the tenant's. Every answer is read up to a cap
 of its call and every frame up to a cap of its stream; beyond it the call fails with TOO_LARGE, having held no

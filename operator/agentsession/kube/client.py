@@ -1,7 +1,7 @@
 """The one Kubernetes client of the operator and the gateway: async, on the official client's asyncio variant.
 
-`Kube` is the interface both the real client (`ApiKube`) and the in-memory fake (`kube.fake.FakeKube`) offer:
-a handful of verbs over the kinds in `kube.resources`, plain JSON objects in and out (camelCase, as on the
+`Kube` is the interface both the real client (`ApiKube`) and the in-memory fake (`testing.fake_kube.FakeKube`)
+offer: a handful of verbs over the kinds in `kube.resources`, plain JSON objects in and out (camelCase, as on the
 wire, so the pure core never sees generated model classes), and typed errors from `kube.errors`.
 """
 
@@ -40,6 +40,18 @@ class Listing:
 class WatchEvent:
     type: WatchType
     object: Manifest
+
+
+def object_call(verb: str, resource: Resource, namespace: str | None, name: str) -> str:
+    """How a call on one object is named in its errors, by the real client and the fake alike:
+    `patch status of Pod ns/name`, `get Namespace name`, `create TokenReview`."""
+    where = f"{namespace}/{name}" if namespace else name
+    return f"{verb} {resource.kind} {where}" if where else f"{verb} {resource.kind}"
+
+
+def collection_call(verb: str, resource: Resource, namespace: str | None) -> str:
+    """How a list or a watch is named in its errors: `list pods in ns`, `watch leases in all namespaces`."""
+    return f"{verb} {resource.plural} in {namespace or 'all namespaces'}"
 
 
 class Kube(Protocol):
@@ -198,14 +210,14 @@ class ApiKube:
         return self._typed_call("list", resource), (namespace,)
 
     async def get(self, resource: Resource, namespace: str | None, name: str) -> Manifest:
-        what = f"get {resource.kind} {namespace}/{name}"
+        what = object_call("get", resource, namespace, name)
         if resource.custom:
             call = self._custom.get_namespaced_custom_object
             args = (resource.group, resource.version, namespace, resource.plural, name)
             return await self._answer(what, resource.kind, call, *args)
         if not resource.namespaced:
             read: ApiCall = getattr(self._typed[resource.group], f"read_{_snake(resource.kind)}")
-            return await self._answer(f"get {resource.kind} {name}", resource.kind, read, name)
+            return await self._answer(what, resource.kind, read, name)
         return await self._answer(what, resource.kind, self._typed_call("read", resource), name, namespace)
 
     async def list(
@@ -216,7 +228,7 @@ class ApiKube:
         field_selector: str | None = None,
         label_selector: str | None = None,
     ) -> Listing:
-        what = f"list {resource.plural} in {namespace or 'all namespaces'}"
+        what = collection_call("list", resource, namespace)
         selectors = {
             key: value
             for key, value in (("field_selector", field_selector), ("label_selector", label_selector))
@@ -231,11 +243,8 @@ class ApiKube:
         resource = resource_of(manifest)
         meta = manifest.get("metadata") or {}
         namespace = meta.get("namespace")
-        what = (
-            f"create {resource.kind} {namespace}/{meta.get('name', '')}"
-            if namespace
-            else f"create {resource.kind}"
-        )
+        # A review has no name, and the client creates no other cluster-scoped object.
+        what = object_call("create", resource, namespace, meta.get("name", "") if namespace else "")
         if resource.kind == "TokenReview":
             return await self._answer(what, resource.kind, self._authn.create_token_review, manifest)
         if resource.kind == "SubjectAccessReview":
@@ -251,7 +260,7 @@ class ApiKube:
     async def patch(
         self, resource: Resource, namespace: str | None, name: str, patch: Manifest, *, status: bool = False
     ) -> Manifest:
-        what = f"patch {'status of ' if status else ''}{resource.kind} {namespace}/{name}"
+        what = object_call("patch status of" if status else "patch", resource, namespace, name)
         if resource.custom:
             call = (
                 self._custom.patch_namespaced_custom_object_status
@@ -268,7 +277,7 @@ class ApiKube:
     async def delete(
         self, resource: Resource, namespace: str | None, name: str, *, uid: str | None = None
     ) -> None:
-        what = f"delete {resource.kind} {namespace}/{name}"
+        what = object_call("delete", resource, namespace, name)
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
         if resource.custom:
             call = self._custom.delete_namespaced_custom_object
@@ -289,7 +298,7 @@ class ApiKube:
         inactivity_timeout: float,
         label_selector: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
-        what = f"watch {resource.plural} in {namespace or 'all namespaces'}"
+        what = collection_call("watch", resource, namespace)
         call, args = self._list_call(resource, namespace)
         selector = {"label_selector": label_selector} if label_selector else {}
         try:

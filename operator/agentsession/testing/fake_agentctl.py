@@ -1,8 +1,8 @@
 """FakeAgentctl: an agentctl in memory, for unit tests of the code that drives one (the reconciler, the gateway).
 
 It answers as a real agentctl running the demo agent does: the same models, error statuses and codes, and
-journal entries. tests/unit/test_agentctl_fake.py runs the same checks against it and a real agentctl, so it
-cannot drift. Tests script it through its public attributes (agent state, mode, journal, ...) and helpers:
+journal entries. tests/component/test_agentctl_contract.py runs the same checks against it and a real agentctl,
+so it cannot drift. Tests script it through its public attributes (agent state, mode, journal, ...) and helpers:
 what the next turns do, entries to append, failures of the next calls, a restart of agentctl.
 """
 
@@ -22,42 +22,7 @@ from agentsession.agentctl.entry_limit import fit
 from agentsession.agentctl_client.client import AgentctlApi, AgentctlError
 from agentsession.api.acp import AgentIdentity, SessionMode
 from agentsession.api.times import format_time
-from agentsession.contract.routes import (
-    CANCEL,
-    DRAIN,
-    HISTORY,
-    MODE,
-    PERMISSION_RESPOND,
-    PERMISSIONS,
-    PROMPT,
-    SHELL_BUFFER,
-    SHELL_STATUS,
-    SHELL_STREAM,
-    START,
-    STATUS,
-    UPDATES,
-    Route,
-)
-from agentsession.contract.wire import (
-    HISTORY_PAGE_BYTES,
-    HISTORY_PAGE_ENTRIES,
-    AcpActivity,
-    CancelResponse,
-    DrainResponse,
-    HistoryResponse,
-    JournalEntry,
-    ModeResponse,
-    PendingPermission,
-    PermissionRespondResponse,
-    PermissionsResponse,
-    PromptAccepted,
-    ShellBufferResponse,
-    ShellFrame,
-    ShellStatusResponse,
-    StartRequest,
-    StartResponse,
-    StatusResponse,
-)
+from agentsession.contract import routes, wire
 
 SHELL_BUFFER_BYTES = 16 * 1024
 PERMISSION_OPTIONS: list[dict[str, Any]] = [
@@ -90,26 +55,26 @@ class FakeShell:
 
     def __init__(self, agentctl: FakeAgentctl) -> None:
         self._agentctl = agentctl
-        self._frames: asyncio.Queue[ShellFrame | None] = asyncio.Queue()
+        self._frames: asyncio.Queue[wire.ShellFrame | None] = asyncio.Queue()
         self.closed = False
 
-    async def frames(self) -> AsyncIterator[ShellFrame]:
+    async def frames(self) -> AsyncIterator[wire.ShellFrame]:
         while (frame := await self._frames.get()) is not None:
             yield frame
 
     async def send_input(self, data: str) -> None:
         if self.closed:
             raise AgentctlError(
-                SHELL_STREAM.name,
+                routes.SHELL_STREAM.name,
                 self._agentctl.endpoint,
                 "the shell stream is closed",
-                path=SHELL_STREAM.path,
+                path=routes.SHELL_STREAM.path,
             )
         self._agentctl.shell_inputs.append(data)
         self._agentctl.last_activity_at = _now()
         self._agentctl.shell_output(data)
 
-    def deliver(self, frame: ShellFrame) -> None:
+    def deliver(self, frame: wire.ShellFrame) -> None:
         self._frames.put_nowait(frame)
 
     def close(self) -> None:
@@ -124,8 +89,8 @@ class FakeAgentctl:
         self,
         endpoint: str = "http://agentctl.fake:9999",
         *,
-        history_page_entries: int = HISTORY_PAGE_ENTRIES,
-        history_page_bytes: int = HISTORY_PAGE_BYTES,
+        history_page_entries: int = wire.HISTORY_PAGE_ENTRIES,
+        history_page_bytes: int = wire.HISTORY_PAGE_BYTES,
     ) -> None:
         """Small history pages let a test page through a short journal."""
         self.endpoint = endpoint
@@ -140,8 +105,8 @@ class FakeAgentctl:
         self.turn_running = False
         self.turns: deque[FakeTurn] = deque()  # what the next prompts do; then the default FakeTurn()
         self.journal_id = uuid.uuid4().hex
-        self.journal: list[JournalEntry] = []
-        self.pending: dict[str, PendingPermission] = {}
+        self.journal: list[wire.JournalEntry] = []
+        self.pending: dict[str, wire.PendingPermission] = {}
         self.shell_running = False
         self.shell_log = ""
         self.shell_inputs: list[str] = []
@@ -150,7 +115,7 @@ class FakeAgentctl:
         self.turn_outlasts_drain = False
         self.calls: list[tuple[str, tuple[Any, ...]]] = []  # every call, with its arguments
         self._failures: list[tuple[str | None, AgentctlError]] = []
-        self._streams: set[asyncio.Queue[JournalEntry | None]] = set()
+        self._streams: set[asyncio.Queue[wire.JournalEntry | None]] = set()
         self._shells: set[FakeShell] = set()
         self._turn: FakeTurn | None = None
         self._prompt = ""
@@ -162,11 +127,11 @@ class FakeAgentctl:
     def last_seq(self) -> int:
         return self.journal[-1].seq if self.journal else 0
 
-    def append(self, kind: str, notification: dict[str, Any]) -> JournalEntry:
+    def append(self, kind: str, notification: dict[str, Any]) -> wire.JournalEntry:
         """Journals an entry and delivers it to the open update streams, as agentctl does with agent output:
         one over ENTRY_MAX_BYTES is cut to fit and marked `truncated`."""
         moment = _now()
-        entry = JournalEntry.model_validate_json(
+        entry = wire.JournalEntry.model_validate_json(
             fit(
                 {
                     "seq": self.last_seq + 1,
@@ -196,7 +161,7 @@ class FakeAgentctl:
         """Output of the workspace shell: kept in its buffer and sent to the open shell streams."""
         self.shell_log = self.shell_log[-SHELL_BUFFER_BYTES:] + data
         for shell in self._shells:
-            shell.deliver(ShellFrame(type="output", data=data))
+            shell.deliver(wire.ShellFrame(type="output", data=data))
 
     def restart(self, *, new_journal: bool = False) -> None:
         """agentctl restarted: streams end, the agent waits for `start`, which resumes the session.
@@ -222,8 +187,8 @@ class FakeAgentctl:
 
     # --- AgentctlApi ---
 
-    async def start(self, request: StartRequest) -> StartResponse:
-        self._enter(START, request)
+    async def start(self, request: wire.StartRequest) -> wire.StartResponse:
+        self._enter(routes.START, request)
         self.stopping = False
         self.agent_state = "running"
         wanted = request.session_id or self._resumable
@@ -241,8 +206,8 @@ class FakeAgentctl:
         self._resumable = None
         self.current_mode_id = self.current_mode_id or self.available_modes[0].id
         if request.mode_id and request.mode_id != self.current_mode_id:
-            self._switch_mode(START, request.mode_id)
-        return StartResponse(
+            self._switch_mode(routes.START, request.mode_id)
+        return wire.StartResponse(
             success=True,
             session_id=self.session_id,
             resumed=resumed,
@@ -252,11 +217,11 @@ class FakeAgentctl:
             agent_info=AgentIdentity(name="fake-agent", title="Fake agent"),
         )
 
-    async def status(self) -> StatusResponse:
-        self._enter(STATUS)
-        return StatusResponse(
+    async def status(self) -> wire.StatusResponse:
+        self._enter(routes.STATUS)
+        return wire.StatusResponse(
             state=self.agent_state,
-            acp=AcpActivity(
+            acp=wire.AcpActivity(
                 turn_running=self.turn_running,
                 session_id=self.session_id,
                 current_mode_id=self.current_mode_id,
@@ -268,11 +233,11 @@ class FakeAgentctl:
             journal_id=self.journal_id,
         )
 
-    async def history(self, after: int = 0, limit: int | None = None) -> HistoryResponse:
+    async def history(self, after: int = 0, limit: int | None = None) -> wire.HistoryResponse:
         """A page as agentctl makes one, of `history_page_entries` and `history_page_bytes` at most."""
-        self._enter(HISTORY, after, limit)
+        self._enter(routes.HISTORY, after, limit)
         most = min(limit or self.history_page_entries, self.history_page_entries)
-        updates: list[JournalEntry] = []
+        updates: list[wire.JournalEntry] = []
         size = 0
         next_after: int | None = None
         for entry in self.journal[bisect.bisect_right(self.journal, after, key=lambda e: e.seq) :]:
@@ -282,59 +247,61 @@ class FakeAgentctl:
                 break
             updates.append(entry.model_copy(deep=True))
             size += entry_size
-        return HistoryResponse(
+        return wire.HistoryResponse(
             updates=updates, last_seq=self.last_seq, journal_id=self.journal_id, next=next_after
         )
 
-    async def prompt(self, text: str) -> PromptAccepted:
-        self._enter(PROMPT, text)
-        session_id = self._session(PROMPT)
+    async def prompt(self, text: str) -> wire.PromptAccepted:
+        self._enter(routes.PROMPT, text)
+        session_id = self._session(routes.PROMPT)
         if self.stopping:
             raise self._refuse(
-                PROMPT,
+                routes.PROMPT,
                 409,
                 "conflict",
                 "the pod is stopping (the session is being suspended or deleted); prompts are refused",
             )
         if self.turn_running:
             raise self._refuse(
-                PROMPT,
+                routes.PROMPT,
                 409,
                 "conflict",
                 "a prompt turn is already running; wait for it or POST /api/v1/acp/cancel",
             )
         if not text:
-            raise self._refuse(PROMPT, 422, "validation_error", "invalid request body: prompt: too short")
+            raise self._refuse(
+                routes.PROMPT, 422, "validation_error", "invalid request body: prompt: too short"
+            )
         self._begin_turn(session_id, text)
-        return PromptAccepted(accepted=True, sessionId=session_id)
+        return wire.PromptAccepted(accepted=True, sessionId=session_id)
 
-    async def set_mode(self, mode_id: str) -> ModeResponse:
-        self._enter(MODE, mode_id)
-        self._session(MODE)
-        self._switch_mode(MODE, mode_id)
-        return ModeResponse(success=True, current_mode_id=mode_id)
+    async def set_mode(self, mode_id: str) -> wire.ModeResponse:
+        self._enter(routes.MODE, mode_id)
+        self._session(routes.MODE)
+        self._switch_mode(routes.MODE, mode_id)
+        return wire.ModeResponse(success=True, current_mode_id=mode_id)
 
-    async def cancel(self) -> CancelResponse:
-        self._enter(CANCEL)
-        self._session(CANCEL)
+    async def cancel(self) -> wire.CancelResponse:
+        self._enter(routes.CANCEL)
+        self._session(routes.CANCEL)
         for pending in list(self.pending.values()):
             self._resolve(pending, {"outcome": "cancelled"}, "turn_cancelled")
         if self.turn_running:
             self._finish(None, "cancelled")
-        return CancelResponse(success=True, turn_running=self.turn_running)
+        return wire.CancelResponse(success=True, turn_running=self.turn_running)
 
-    async def drain(self, timeout_seconds: float) -> DrainResponse:
+    async def drain(self, timeout_seconds: float) -> wire.DrainResponse:
         """A running turn finishes within the drain, unless `turn_outlasts_drain` says it is cancelled at the
         deadline."""
-        self._enter(DRAIN, timeout_seconds)
+        self._enter(routes.DRAIN, timeout_seconds)
         self.stopping = True
         if not self.turn_running:
-            result = DrainResponse(
+            result = wire.DrainResponse(
                 outcome="idle", waited_seconds=0.0, timeout_seconds=timeout_seconds, cancelled_permissions=0
             )
         elif not self.turn_outlasts_drain:
             self._finish(None, "end_turn")
-            result = DrainResponse(
+            result = wire.DrainResponse(
                 outcome="finished",
                 waited_seconds=0.0,
                 timeout_seconds=timeout_seconds,
@@ -344,7 +311,7 @@ class FakeAgentctl:
         else:
             pending = len(self.pending)
             await self.cancel()
-            result = DrainResponse(
+            result = wire.DrainResponse(
                 outcome="cancelled",
                 waited_seconds=timeout_seconds,
                 timeout_seconds=timeout_seconds,
@@ -354,17 +321,17 @@ class FakeAgentctl:
         self.append("drain", result.model_dump(mode="json"))
         return result
 
-    async def permissions(self) -> PermissionsResponse:
-        self._enter(PERMISSIONS)
-        return PermissionsResponse(pending=[p.model_copy(deep=True) for p in self.pending.values()])
+    async def permissions(self) -> wire.PermissionsResponse:
+        self._enter(routes.PERMISSIONS)
+        return wire.PermissionsResponse(pending=[p.model_copy(deep=True) for p in self.pending.values()])
 
     async def respond_permission(
         self, pending_id: str, option_id: str | None = None, cancelled: bool = False
-    ) -> PermissionRespondResponse:
-        self._enter(PERMISSION_RESPOND, pending_id, option_id, cancelled)
+    ) -> wire.PermissionRespondResponse:
+        self._enter(routes.PERMISSION_RESPOND, pending_id, option_id, cancelled)
         if (option_id is None) == (not cancelled):
             raise self._refuse(
-                PERMISSION_RESPOND,
+                routes.PERMISSION_RESPOND,
                 422,
                 "validation_error",
                 "invalid request body: (body): Value error, give exactly one of 'option_id' or 'cancelled: true'",
@@ -372,7 +339,7 @@ class FakeAgentctl:
         pending = self.pending.get(pending_id)
         if pending is None:
             raise self._refuse(
-                PERMISSION_RESPOND,
+                routes.PERMISSION_RESPOND,
                 404,
                 "not_found",
                 f"no pending permission request {pending_id!r} (answered, timed out, or never existed)",
@@ -383,7 +350,7 @@ class FakeAgentctl:
             valid = [str(option.get("optionId")) for option in pending.options]
             if option_id not in valid:
                 raise self._refuse(
-                    PERMISSION_RESPOND,
+                    routes.PERMISSION_RESPOND,
                     422,
                     "validation_error",
                     f"option_id {option_id!r} is not one of {valid}",
@@ -396,11 +363,11 @@ class FakeAgentctl:
             self._say(f"Permission outcome: {said}.")
             if not turn.hold:
                 self._finish(self._reply(turn), "end_turn")
-        return PermissionRespondResponse(success=True, pending_id=pending_id, outcome=outcome)
+        return wire.PermissionRespondResponse(success=True, pending_id=pending_id, outcome=outcome)
 
-    async def shell_status(self) -> ShellStatusResponse:
-        self._enter(SHELL_STATUS)
-        return ShellStatusResponse(
+    async def shell_status(self) -> wire.ShellStatusResponse:
+        self._enter(routes.SHELL_STATUS)
+        return wire.ShellStatusResponse(
             running=self.shell_running,
             pid=4242 if self.shell_running else None,
             cwd="/workspace",
@@ -409,16 +376,16 @@ class FakeAgentctl:
             clients=len(self._shells),
         )
 
-    async def shell_buffer(self) -> ShellBufferResponse:
-        self._enter(SHELL_BUFFER)
+    async def shell_buffer(self) -> wire.ShellBufferResponse:
+        self._enter(routes.SHELL_BUFFER)
         self.shell_running = True
-        return ShellBufferResponse(buffer=self.shell_log[-SHELL_BUFFER_BYTES:], running=True)
+        return wire.ShellBufferResponse(buffer=self.shell_log[-SHELL_BUFFER_BYTES:], running=True)
 
     @asynccontextmanager
-    async def updates(self, after: int) -> AsyncIterator[AsyncIterator[JournalEntry]]:
-        self._enter(UPDATES, after)
+    async def updates(self, after: int) -> AsyncIterator[AsyncIterator[wire.JournalEntry]]:
+        self._enter(routes.UPDATES, after)
         # Subscribed before the replay is read, as agentctl does: an entry is in one or both, never in neither.
-        stream: asyncio.Queue[JournalEntry | None] = asyncio.Queue()
+        stream: asyncio.Queue[wire.JournalEntry | None] = asyncio.Queue()
         self._streams.add(stream)
         try:
             yield self._follow(stream, after)
@@ -427,7 +394,7 @@ class FakeAgentctl:
 
     @asynccontextmanager
     async def shell(self) -> AsyncIterator[FakeShell]:
-        self._enter(SHELL_STREAM)
+        self._enter(routes.SHELL_STREAM)
         self.shell_running = True
         channel = FakeShell(self)
         self._shells.add(channel)
@@ -438,17 +405,17 @@ class FakeAgentctl:
 
     # --- the agent ---
 
-    def _enter(self, route: Route, *args: Any) -> None:
+    def _enter(self, route: routes.Route, *args: Any) -> None:
         self.calls.append((route.name, args))
         for index, (call, error) in enumerate(self._failures):
             if call in (None, route.name):
                 del self._failures[index]
                 raise error
 
-    def _refuse(self, route: Route, status: int, code: str, message: str) -> AgentctlError:
+    def _refuse(self, route: routes.Route, status: int, code: str, message: str) -> AgentctlError:
         return AgentctlError(route.name, self.endpoint, message, path=route.path, status=status, code=code)
 
-    def _session(self, route: Route) -> str:
+    def _session(self, route: routes.Route) -> str:
         if self.agent_state != "running":
             raise self._refuse(
                 route,
@@ -465,7 +432,7 @@ class FakeAgentctl:
             )
         return self.session_id
 
-    def _switch_mode(self, route: Route, mode_id: str) -> None:
+    def _switch_mode(self, route: routes.Route, mode_id: str) -> None:
         known = [mode.id for mode in self.available_modes]
         if known and mode_id not in known:
             raise self._refuse(route, 422, "validation_error", f"mode_id {mode_id!r} is not one of {known}")
@@ -493,7 +460,7 @@ class FakeAgentctl:
 
     def _ask_permission(self, session_id: str, options: list[dict[str, Any]]) -> None:
         moment = _now()
-        pending = PendingPermission(
+        pending = wire.PendingPermission(
             pending_id=uuid.uuid4().hex,
             session_id=session_id,
             tool_call={
@@ -509,7 +476,7 @@ class FakeAgentctl:
         self.pending[pending.pending_id] = pending
         self.append("permission_request", pending.model_dump())
 
-    def _resolve(self, pending: PendingPermission, outcome: dict[str, Any], reason: str) -> None:
+    def _resolve(self, pending: wire.PendingPermission, outcome: dict[str, Any], reason: str) -> None:
         del self.pending[pending.pending_id]
         self.append(
             "permission_resolved",
@@ -528,8 +495,8 @@ class FakeAgentctl:
         self.turn_running, self._turn = False, None
 
     async def _follow(
-        self, stream: asyncio.Queue[JournalEntry | None], after: int
-    ) -> AsyncIterator[JournalEntry]:
+        self, stream: asyncio.Queue[wire.JournalEntry | None], after: int
+    ) -> AsyncIterator[wire.JournalEntry]:
         last = after
         for entry in [e.model_copy(deep=True) for e in self.journal if e.seq > after]:
             last = entry.seq

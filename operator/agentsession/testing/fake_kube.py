@@ -19,7 +19,7 @@ from typing import Any
 
 from agentsession.api.manifest import Manifest
 from agentsession.api.times import utc_now
-from agentsession.kube.client import Listing, WatchEvent, WatchType
+from agentsession.kube.client import Listing, WatchEvent, WatchType, collection_call, object_call
 from agentsession.kube.errors import KubeError, error_from_status
 from agentsession.kube.resources import Resource, resource_of
 
@@ -131,7 +131,7 @@ class FakeKube:
     # --- the Kube interface ---
 
     async def get(self, resource: Resource, namespace: str | None, name: str) -> Manifest:
-        what = f"get {resource.kind} {namespace}/{name}"
+        what = object_call("get", resource, namespace, name)
         self._record("get", resource.kind, namespace, name)
         self._check_refusal("get", resource.kind, what, {})
         obj = self.objects.get((resource.kind, namespace or "", name))
@@ -150,7 +150,7 @@ class FakeKube:
         label_selector: str | None = None,
     ) -> Listing:
         self._record("list", resource.kind, namespace, "")
-        self._check_refusal("list", resource.kind, f"list {resource.plural}", {})
+        self._check_refusal("list", resource.kind, collection_call("list", resource, namespace), {})
         items = [
             copy.deepcopy(obj)
             for (kind, ns, _), obj in sorted(self.objects.items())
@@ -164,7 +164,7 @@ class FakeKube:
         resource = resource_of(manifest)
         meta = manifest.get("metadata") or {}
         namespace, name = meta.get("namespace"), meta.get("name", "")
-        what = f"create {resource.kind} {namespace}/{name}"
+        what = object_call("create", resource, namespace, name)
         self._record("create", resource.kind, namespace, name)
         self._check_refusal("create", resource.kind, what, manifest)
         if resource.kind in ("TokenReview", "SubjectAccessReview"):
@@ -184,7 +184,7 @@ class FakeKube:
     async def patch(
         self, resource: Resource, namespace: str | None, name: str, patch: Manifest, *, status: bool = False
     ) -> Manifest:
-        what = f"patch {'status of ' if status else ''}{resource.kind} {namespace}/{name}"
+        what = object_call("patch status of" if status else "patch", resource, namespace, name)
         self._record("patch-status" if status else "patch", resource.kind, namespace, name)
         self._check_refusal("patch-status" if status else "patch", resource.kind, what, patch)
         current = self.objects.get((resource.kind, namespace or "", name))
@@ -211,7 +211,7 @@ class FakeKube:
     async def delete(
         self, resource: Resource, namespace: str | None, name: str, *, uid: str | None = None
     ) -> None:
-        what = f"delete {resource.kind} {namespace}/{name}"
+        what = object_call("delete", resource, namespace, name)
         self._record("delete", resource.kind, namespace, name)
         self._check_refusal("delete", resource.kind, what, {})
         key = (resource.kind, namespace or "", name)
@@ -250,7 +250,11 @@ class FakeKube:
         after = int(resource_version or 0)
         if after < history.compacted_below - 1:
             raise error_from_status(
-                f"watch {resource.plural}", 410, "Expired", "too old resource version", resource.kind
+                collection_call("watch", resource, namespace),
+                410,
+                "Expired",
+                "too old resource version",
+                resource.kind,
             )
         deadline = asyncio.get_running_loop().time() + timeout_seconds
         while True:

@@ -4,14 +4,28 @@ says why), two sessions racing for one pod, a claim the operator was stopped in 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
-from agentsession.api.constants import API_VERSION, LABEL_CLAIMED_FROM, LABEL_POOL, LABEL_SESSION, POOL_KIND
+from agentsession.api.constants import (
+    API_VERSION,
+    LABEL_CLAIMED_FROM,
+    LABEL_POOL,
+    LABEL_SESSION,
+    POOL_KIND,
+    SHAPE_HASH_ANNOTATION,
+)
+from agentsession.api.models import AgentSessionSpec, StartupTimings
+from agentsession.api.session_ref import SessionRef
+from agentsession.controller.config import OperatorConfig
+from agentsession.controller.decisions import ClaimPod
+from agentsession.controller.pod_builder import build_pod, shape_hash
 from agentsession.controller.pool_builder import adopt_patch, claim_patch, claim_target, stem_of
+from agentsession.controller.pool_claim import choose, session_pod
 from agentsession.controller.pool_reconciler import REFILL_AT_ONCE, PoolReconciler
 from agentsession.controller.reconciler import CLAIM_RETRY_SECONDS
 from agentsession.kube.resources import PODS
-from agentsession.kube.views import SessionView
+from agentsession.kube.views import PodView, SessionView
 from tests.unit.test_reconciler import NAME, NS, World
 
 POOL = "warm"
@@ -228,3 +242,67 @@ async def test_a_never_refilled_pool_still_fills_up_a_few_at_a_time() -> None:
     world.ready_all()
     await world.pools.reconcile(NS, POOL)
     assert len(world.members()) == REFILL_AT_ONCE + 1
+
+
+def _member(name: str, created: str, *, ready: bool = True, shape: str = "s") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{name}-agent", "creationTimestamp": created, "resourceVersion": "1",
+                     "labels": {LABEL_POOL: POOL}, "annotations": {SHAPE_HASH_ANNOTATION: shape}},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }  # fmt: skip
+
+
+def test_a_pool_offers_its_oldest_fitting_ready_pods_else_says_why_the_session_starts_cold() -> None:
+    config = OperatorConfig(image="agentsession:test")
+    spec = AgentSessionSpec.model_validate({"agent": {"type": "demo"}, "poolRef": {"name": POOL}})
+    session = SessionRef(NS, NAME, "u1", 1)
+    fits = shape_hash(build_pod(replace(session, stem="warm-b"), spec, config))
+    newer, older = (
+        _member("warm-b", "2026-01-01T12:00:02Z", shape=fits),
+        _member("warm-a", "2026-01-01T12:00:01Z"),
+    )
+    older["metadata"]["annotations"][SHAPE_HASH_ANNOTATION] = shape_hash(
+        build_pod(replace(session, stem="warm-a"), spec, config)
+    )
+    offer = choose(session, spec, POOL, [newer, older], config, None)
+    assert isinstance(offer, ClaimPod)
+    assert [PodView(pod).name for pod, _ in offer.candidates] == ["warm-a-agent", "warm-b-agent"]
+    assert [PodView(desired).name for _, desired in offer.candidates] == ["warm-a-agent", "warm-b-agent"]
+    cases = [
+        ([], "PoolEmpty", "pool warm has no warm pod (does it exist?); started cold"),
+        (
+            [_member("warm-c", "t", ready=False)],
+            "PoolNotReady",
+            "no warm pod of pool warm is ready yet; started cold",
+        ),
+        (
+            [_member("warm-c", "t")],
+            "PoolTemplateMismatch",
+            "the warm pods of pool warm are not the pod this session",
+        ),
+    ]
+    for members, reason, message in cases:
+        cold = choose(session, spec, POOL, members, config, None)
+        assert isinstance(cold, StartupTimings)
+        assert (cold.source, cold.pool, cold.reason) == ("Cold", POOL, reason)
+        assert cold.message is not None
+        assert cold.message.startswith(message)
+
+
+def test_the_session_pod_is_its_own_else_one_it_claimed_without_recording_it() -> None:
+    session = SessionView({"metadata": {"name": NAME, "namespace": NS, "uid": "u1"}})
+    own = {"metadata": {"name": f"{NAME}-agent"}}
+    claimed = {"metadata": {"name": "warm-x-agent", "labels": {LABEL_CLAIMED_FROM: POOL},
+                            "ownerReferences": [{"uid": "u1"}]}}  # fmt: skip
+    others = {"metadata": {"name": "warm-y-agent", "labels": {LABEL_CLAIMED_FROM: POOL},
+                           "ownerReferences": [{"uid": "older"}]}}  # fmt: skip
+    assert session_pod(session, [claimed, own]) == (own, None)
+    assert session_pod(session, [others, claimed]) == (claimed, (POOL, "warm-x"))
+    assert session_pod(session, [others]) == (None, None)
+    # A claim recorded in the status names the pod: no other is looked for.
+    recorded = SessionView({**session.body, "status": {"startup": {"source": "Claimed", "member": "warm-z"}}})
+    assert session_pod(recorded, [claimed]) == (None, None)
+    assert session_pod(recorded, [{"metadata": {"name": "warm-z-agent"}}]) == (
+        {"metadata": {"name": "warm-z-agent"}},
+        None,
+    )

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentsession.agentctl_api import StatusResponse
 from agentsession.agentctl_client import AgentctlConnector, AgentctlError
 from agentsession.api.constants import AGENTCTL_CONTAINER, LABEL_SESSION, MANAGER, token_secret_name
 from agentsession.api.egress import new_phantom
@@ -213,21 +214,10 @@ class Reconciler:
         desired = desired_pod(ref, spec, self._config, route)
         probe_message = await self._probe_failure(namespace, pod) if pod is not None else None
         agent_error, activity, activity_error = None, None, None
-        if pod is not None and token is not None and agent_unready_since(pod, session.status.acp) is not None:
-            # The agent runs, yet agentctl cannot talk to it: its last error says why.
-            try:
-                report = await self._agentctl(self._endpoint(pod), token).status()
-                agent_error = report.last_error
-            except AgentctlError as error:
-                self._refused_token(session, error)
-                log.warning("status of agentctl of %s/%s failed: %s", namespace, name, error)
-        if pod is not None and token is not None and wants_activity(session, spec, pod, desired):
-            try:
-                activity = await self._agentctl(self._endpoint(pod), token).status()
-            except AgentctlError as error:
-                self._refused_token(session, error)
-                log.warning("idle check of %s/%s failed: %s", namespace, name, error)
-                activity_error = str(error)
+        if pod is not None and token is not None:
+            agent_error = await self._agent_error(session, pod, token)
+            if wants_activity(session, spec, pod, desired):
+                activity, activity_error = await self._activity(session, pod, token)
         observed = Observed(
             session,
             spec,
@@ -261,6 +251,28 @@ class Reconciler:
         )
         events = (await self._kube.list(EVENTS, namespace, field_selector=selector)).items
         return latest_readiness_failure(map(EventView, events), since)
+
+    async def _agent_error(self, session: SessionView, pod: Manifest, token: str) -> str | None:
+        """agentctl's last error, when the agent runs yet agentctl cannot talk to it: it says why."""
+        if agent_unready_since(pod, session.status.acp) is None:
+            return None
+        try:
+            return (await self._agentctl(self._endpoint(pod), token).status()).last_error
+        except AgentctlError as error:
+            self._refused_token(session, error)
+            log.warning("status of agentctl of %s/%s failed: %s", *session.key, error)
+            return None
+
+    async def _activity(
+        self, session: SessionView, pod: Manifest, token: str
+    ) -> tuple[StatusResponse | None, str | None]:
+        """agentctl's activity report, or why it could not be read."""
+        try:
+            return await self._agentctl(self._endpoint(pod), token).status(), None
+        except AgentctlError as error:
+            self._refused_token(session, error)
+            log.warning("idle check of %s/%s failed: %s", *session.key, error)
+            return None, str(error)
 
     async def _token(self, session: SessionView, stem: str) -> str | None:
         cached = self._tokens.get(session.key)

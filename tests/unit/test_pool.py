@@ -7,6 +7,8 @@ import copy
 from dataclasses import replace
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from agentsession.api.constants import (
     API_VERSION,
     LABEL_CLAIMED_FROM,
@@ -306,3 +308,39 @@ def test_the_session_pod_is_its_own_else_one_it_claimed_without_recording_it() -
         {"metadata": {"name": "warm-z-agent"}},
         None,
     )
+
+
+def _count(name: str) -> float:
+    """A pool's count in the operator's metrics (the process-wide default registry)."""
+    return REGISTRY.get_sample_value(name, {"pool": POOL}) or 0.0
+
+
+CLAIMS_TOTAL, CONFLICTS_TOTAL = "agentsession_pool_claims_total", "agentsession_pool_claim_conflicts_total"
+
+
+async def test_a_claim_is_counted_by_pool_and_its_pod_and_children_are_the_sessions_at_once() -> None:
+    claims, conflicts = _count(CLAIMS_TOTAL), _count(CONFLICTS_TOTAL)
+    world = PoolWorld()
+    await world.make_pool(replicas=1)
+    world.ready_all()
+    seen_before = world.members()
+    (member,) = seen_before
+    await world.apply(poolRef={"name": POOL})
+    await world.reconcile()
+    # The status written with the claim names the claimed pod, before any pod event brings the next reconcile.
+    assert world.status()["podName"] == member["metadata"]["name"]
+    secret = world.kube.find("Secret", NS, f"{stem_of(member)}-agentctl-token")
+    assert secret is not None
+    assert secret["metadata"]["labels"][LABEL_CLAIMED_FROM] == POOL
+    assert (_count(CLAIMS_TOTAL), _count(CONFLICTS_TOTAL)) == (claims + 1, conflicts)
+    # A second session that saw the same pod loses the race, and the conflict is counted for the pool.
+    await world.kube.create(
+        {"apiVersion": API_VERSION, "kind": "AgentSession", "metadata": {"name": "s2", "namespace": NS},
+         "spec": {"agent": {"type": "demo"}, "poolRef": {"name": POOL}}}
+    )  # fmt: skip
+    fresh = world.reconciler._pod_lookup
+    world.reconciler._pod_lookup = lambda ns, label, value: (
+        copy.deepcopy(seen_before) if label == LABEL_POOL else fresh(ns, label, value)
+    )
+    await world.reconciler.reconcile(NS, "s2")
+    assert (_count(CLAIMS_TOTAL), _count(CONFLICTS_TOTAL)) == (claims + 1, conflicts + 1)

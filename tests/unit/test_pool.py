@@ -56,6 +56,16 @@ class PoolWorld(World):
                              "conditions": [{"type": "Ready", "status": "True"}]}  # fmt: skip
             self.kube.put(pod)
 
+    async def second_session_seeing(self, pool_pods: list[dict[str, Any]]) -> None:
+        """A session "s2" of the same pool, whose reconcile sees the pool's pods as `pool_pods` (an outdated view)."""
+        await self.kube.create(
+            {"apiVersion": API_VERSION, "kind": "AgentSession", "metadata": {"name": "s2", "namespace": NS},
+             "spec": {"agent": {"type": "demo"}, "poolRef": {"name": POOL}}}
+        )  # fmt: skip
+        self.reconciler._claims._pod_lookup = lambda ns, label, value: (
+            copy.deepcopy(pool_pods) if label == LABEL_POOL else self.pods_labelled(ns, label, value)
+        )
+
     def pool_status(self) -> dict[str, Any]:
         pool = self.kube.find(POOL_KIND, NS, POOL)
         assert pool is not None
@@ -143,14 +153,7 @@ async def test_of_two_sessions_racing_for_the_last_pod_exactly_one_wins() -> Non
     await world.apply(poolRef={"name": POOL})
     await world.reconcile()
     # The second session decided from the same, now outdated, view of the pool.
-    await world.kube.create(
-        {"apiVersion": API_VERSION, "kind": "AgentSession", "metadata": {"name": "s2", "namespace": NS},
-         "spec": {"agent": {"type": "demo"}, "poolRef": {"name": POOL}}}
-    )  # fmt: skip
-    fresh = world.reconciler._pod_lookup
-    world.reconciler._pod_lookup = lambda ns, label, value: (
-        copy.deepcopy(seen_before) if label == LABEL_POOL else fresh(ns, label, value)
-    )
+    await world.second_session_seeing(seen_before)
     assert await world.reconciler.reconcile(NS, "s2") == CLAIM_RETRY_SECONDS, "a lost race is looked at again"
     (pod,) = seen_before
     claimed = world.kube.find("Pod", NS, pod["metadata"]["name"])
@@ -160,7 +163,7 @@ async def test_of_two_sessions_racing_for_the_last_pod_exactly_one_wins() -> Non
     assert s2 is not None
     assert (s2.get("status") or {}).get("startup", {}).get("source") is None, "s2 decides again"
     # Its next reconcile sees the pool as it is: empty, so it starts cold.
-    world.reconciler._pod_lookup = fresh
+    world.reconciler._claims._pod_lookup = world.pods_labelled
     await world.reconciler.reconcile(NS, "s2")
     s2 = world.kube.find("AgentSession", NS, "s2")
     assert s2 is not None
@@ -334,13 +337,6 @@ async def test_a_claim_is_counted_by_pool_and_its_pod_and_children_are_the_sessi
     assert secret["metadata"]["labels"][LABEL_CLAIMED_FROM] == POOL
     assert (_count(CLAIMS_TOTAL), _count(CONFLICTS_TOTAL)) == (claims + 1, conflicts)
     # A second session that saw the same pod loses the race, and the conflict is counted for the pool.
-    await world.kube.create(
-        {"apiVersion": API_VERSION, "kind": "AgentSession", "metadata": {"name": "s2", "namespace": NS},
-         "spec": {"agent": {"type": "demo"}, "poolRef": {"name": POOL}}}
-    )  # fmt: skip
-    fresh = world.reconciler._pod_lookup
-    world.reconciler._pod_lookup = lambda ns, label, value: (
-        copy.deepcopy(seen_before) if label == LABEL_POOL else fresh(ns, label, value)
-    )
+    await world.second_session_seeing(seen_before)
     await world.reconciler.reconcile(NS, "s2")
     assert (_count(CLAIMS_TOTAL), _count(CONFLICTS_TOTAL)) == (claims + 1, conflicts + 1)

@@ -132,7 +132,7 @@ class Reconciler:
         self._proxy_address = proxy_address
         self._namespaces = namespaces or NamespaceAnnotations(kube)
         self._policies = policy_keeper(config, kube)
-        self._claims = PoolClaims(config, kube, lambda *args: self._pod_lookup(*args), self._event)
+        self._claims = PoolClaims(config, kube, pod_lookup, self._event)
         self._phases: dict[tuple[str, str], Phase] = {}
         # A session's token never changes while the session lives: its Secret is read once per session uid, to
         # know that it holds the token, not per reconcile.

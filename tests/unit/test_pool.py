@@ -4,14 +4,30 @@ says why), two sessions racing for one pod, a claim the operator was stopped in 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
-from agentsession.api.constants import API_VERSION, LABEL_CLAIMED_FROM, LABEL_POOL, LABEL_SESSION, POOL_KIND
+from prometheus_client import REGISTRY
+
+from agentsession.api.constants import (
+    API_VERSION,
+    LABEL_CLAIMED_FROM,
+    LABEL_POOL,
+    LABEL_SESSION,
+    POOL_KIND,
+    SHAPE_HASH_ANNOTATION,
+)
+from agentsession.api.models import AgentSessionSpec, StartupTimings
+from agentsession.api.session_ref import SessionRef
+from agentsession.controller.config import OperatorConfig
+from agentsession.controller.decisions import ClaimPod
+from agentsession.controller.pod_builder import build_pod, shape_hash
 from agentsession.controller.pool_builder import adopt_patch, claim_patch, claim_target, stem_of
+from agentsession.controller.pool_claim import choose, session_pod
 from agentsession.controller.pool_reconciler import REFILL_AT_ONCE, PoolReconciler
 from agentsession.controller.reconciler import CLAIM_RETRY_SECONDS
 from agentsession.kube.resources import PODS
-from agentsession.kube.views import SessionView
+from agentsession.kube.views import PodView, SessionView
 from tests.unit.test_reconciler import NAME, NS, World
 
 POOL = "warm"
@@ -39,6 +55,16 @@ class PoolWorld(World):
             pod["status"] = {"phase": "Running", "podIP": "10.0.0.9",
                              "conditions": [{"type": "Ready", "status": "True"}]}  # fmt: skip
             self.kube.put(pod)
+
+    async def second_session_seeing(self, pool_pods: list[dict[str, Any]]) -> None:
+        """A session "s2" of the same pool, whose reconcile sees the pool's pods as `pool_pods` (an outdated view)."""
+        await self.kube.create(
+            {"apiVersion": API_VERSION, "kind": "AgentSession", "metadata": {"name": "s2", "namespace": NS},
+             "spec": {"agent": {"type": "demo"}, "poolRef": {"name": POOL}}}
+        )  # fmt: skip
+        self.reconciler._claims._pod_lookup = lambda ns, label, value: (
+            copy.deepcopy(pool_pods) if label == LABEL_POOL else self.pods_labelled(ns, label, value)
+        )
 
     def pool_status(self) -> dict[str, Any]:
         pool = self.kube.find(POOL_KIND, NS, POOL)
@@ -127,14 +153,7 @@ async def test_of_two_sessions_racing_for_the_last_pod_exactly_one_wins() -> Non
     await world.apply(poolRef={"name": POOL})
     await world.reconcile()
     # The second session decided from the same, now outdated, view of the pool.
-    await world.kube.create(
-        {"apiVersion": API_VERSION, "kind": "AgentSession", "metadata": {"name": "s2", "namespace": NS},
-         "spec": {"agent": {"type": "demo"}, "poolRef": {"name": POOL}}}
-    )  # fmt: skip
-    fresh = world.reconciler._pod_lookup
-    world.reconciler._pod_lookup = lambda ns, label, value: (
-        copy.deepcopy(seen_before) if label == LABEL_POOL else fresh(ns, label, value)
-    )
+    await world.second_session_seeing(seen_before)
     assert await world.reconciler.reconcile(NS, "s2") == CLAIM_RETRY_SECONDS, "a lost race is looked at again"
     (pod,) = seen_before
     claimed = world.kube.find("Pod", NS, pod["metadata"]["name"])
@@ -144,7 +163,7 @@ async def test_of_two_sessions_racing_for_the_last_pod_exactly_one_wins() -> Non
     assert s2 is not None
     assert (s2.get("status") or {}).get("startup", {}).get("source") is None, "s2 decides again"
     # Its next reconcile sees the pool as it is: empty, so it starts cold.
-    world.reconciler._pod_lookup = fresh
+    world.reconciler._claims._pod_lookup = world.pods_labelled
     await world.reconciler.reconcile(NS, "s2")
     s2 = world.kube.find("AgentSession", NS, "s2")
     assert s2 is not None
@@ -228,3 +247,96 @@ async def test_a_never_refilled_pool_still_fills_up_a_few_at_a_time() -> None:
     world.ready_all()
     await world.pools.reconcile(NS, POOL)
     assert len(world.members()) == REFILL_AT_ONCE + 1
+
+
+def _member(name: str, created: str, *, ready: bool = True, shape: str = "s") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{name}-agent", "creationTimestamp": created, "resourceVersion": "1",
+                     "labels": {LABEL_POOL: POOL}, "annotations": {SHAPE_HASH_ANNOTATION: shape}},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }  # fmt: skip
+
+
+def test_a_pool_offers_its_oldest_fitting_ready_pods_else_says_why_the_session_starts_cold() -> None:
+    config = OperatorConfig(image="agentsession:test")
+    spec = AgentSessionSpec.model_validate({"agent": {"type": "demo"}, "poolRef": {"name": POOL}})
+    session = SessionRef(NS, NAME, "u1", 1)
+    fits = shape_hash(build_pod(replace(session, stem="warm-b"), spec, config))
+    newer, older = (
+        _member("warm-b", "2026-01-01T12:00:02Z", shape=fits),
+        _member("warm-a", "2026-01-01T12:00:01Z"),
+    )
+    older["metadata"]["annotations"][SHAPE_HASH_ANNOTATION] = shape_hash(
+        build_pod(replace(session, stem="warm-a"), spec, config)
+    )
+    offer = choose(session, spec, POOL, [newer, older], config, None)
+    assert isinstance(offer, ClaimPod)
+    assert [PodView(pod).name for pod, _ in offer.candidates] == ["warm-a-agent", "warm-b-agent"]
+    assert [PodView(desired).name for _, desired in offer.candidates] == ["warm-a-agent", "warm-b-agent"]
+    cases = [
+        ([], "PoolEmpty", "pool warm has no warm pod (does it exist?); started cold"),
+        (
+            [_member("warm-c", "t", ready=False)],
+            "PoolNotReady",
+            "no warm pod of pool warm is ready yet; started cold",
+        ),
+        (
+            [_member("warm-c", "t")],
+            "PoolTemplateMismatch",
+            "the warm pods of pool warm are not the pod this session",
+        ),
+    ]
+    for members, reason, message in cases:
+        cold = choose(session, spec, POOL, members, config, None)
+        assert isinstance(cold, StartupTimings)
+        assert (cold.source, cold.pool, cold.reason) == ("Cold", POOL, reason)
+        assert cold.message is not None
+        assert cold.message.startswith(message)
+
+
+def test_the_session_pod_is_its_own_else_one_it_claimed_without_recording_it() -> None:
+    session = SessionView({"metadata": {"name": NAME, "namespace": NS, "uid": "u1"}})
+    own = {"metadata": {"name": f"{NAME}-agent"}}
+    claimed = {"metadata": {"name": "warm-x-agent", "labels": {LABEL_CLAIMED_FROM: POOL},
+                            "ownerReferences": [{"uid": "u1"}]}}  # fmt: skip
+    others = {"metadata": {"name": "warm-y-agent", "labels": {LABEL_CLAIMED_FROM: POOL},
+                           "ownerReferences": [{"uid": "older"}]}}  # fmt: skip
+    assert session_pod(session, [claimed, own]) == (own, None)
+    assert session_pod(session, [others, claimed]) == (claimed, (POOL, "warm-x"))
+    assert session_pod(session, [others]) == (None, None)
+    # A claim recorded in the status names the pod: no other is looked for.
+    recorded = SessionView({**session.body, "status": {"startup": {"source": "Claimed", "member": "warm-z"}}})
+    assert session_pod(recorded, [claimed]) == (None, None)
+    assert session_pod(recorded, [{"metadata": {"name": "warm-z-agent"}}]) == (
+        {"metadata": {"name": "warm-z-agent"}},
+        None,
+    )
+
+
+def _count(name: str) -> float:
+    """A pool's count in the operator's metrics (the process-wide default registry)."""
+    return REGISTRY.get_sample_value(name, {"pool": POOL}) or 0.0
+
+
+CLAIMS_TOTAL, CONFLICTS_TOTAL = "agentsession_pool_claims_total", "agentsession_pool_claim_conflicts_total"
+
+
+async def test_a_claim_is_counted_by_pool_and_its_pod_and_children_are_the_sessions_at_once() -> None:
+    claims, conflicts = _count(CLAIMS_TOTAL), _count(CONFLICTS_TOTAL)
+    world = PoolWorld()
+    await world.make_pool(replicas=1)
+    world.ready_all()
+    seen_before = world.members()
+    (member,) = seen_before
+    await world.apply(poolRef={"name": POOL})
+    await world.reconcile()
+    # The status written with the claim names the claimed pod, before any pod event brings the next reconcile.
+    assert world.status()["podName"] == member["metadata"]["name"]
+    secret = world.kube.find("Secret", NS, f"{stem_of(member)}-agentctl-token")
+    assert secret is not None
+    assert secret["metadata"]["labels"][LABEL_CLAIMED_FROM] == POOL
+    assert (_count(CLAIMS_TOTAL), _count(CONFLICTS_TOTAL)) == (claims + 1, conflicts)
+    # A second session that saw the same pod loses the race, and the conflict is counted for the pool.
+    await world.second_session_seeing(seen_before)
+    await world.reconciler.reconcile(NS, "s2")
+    assert (_count(CLAIMS_TOTAL), _count(CONFLICTS_TOTAL)) == (claims + 1, conflicts + 1)

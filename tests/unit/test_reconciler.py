@@ -4,9 +4,13 @@ each a few reconciles in milliseconds. The kubelet's part is played by `Kubelet`
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
+import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,18 +19,24 @@ from agentsession.agentctl_client import AgentctlError
 from agentsession.api.acp import MODES_MAX, MODES_MAX_BYTES, SessionMode
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
 from agentsession.api.models import AgentSessionSpec
+from agentsession.controller import decisions as decisions_module
+from agentsession.controller import reconciler as reconciler_module
 from agentsession.controller.config import AgentProfile, OperatorConfig
 from agentsession.controller.decisions import (
     CreateChild,
     DeletePod,
     Observed,
+    Plan,
     StartAcp,
     Suspend,
+    WriteStatus,
     decide,
+    desired_pod,
     wants_activity,
 )
 from agentsession.controller.pod_builder import build_pod, build_token_secret
 from agentsession.controller.reconciler import Reconciler
+from agentsession.controller.status_mapper import map_status
 from agentsession.kube.resources import AGENT_SESSIONS, SECRETS
 from agentsession.kube.views import SessionView
 from agentsession.testing.fake_agentctl import (
@@ -709,11 +719,15 @@ def test_the_plan_lists_actions_in_order_and_starts_acp_only_when_due() -> None:
     }
     session = SessionView(body)
     spec = AgentSessionSpec.model_validate(body["spec"])
-    fresh = decide(Observed(session, spec, None, None, None, T0), config, lambda: "t")
+    desired = desired_pod(session.ref, spec, config, None)
+    fresh = decide(Observed(session, spec, None, None, None, T0, desired=desired), config, lambda: "t")
     assert [type(a) for a in fresh.actions] == [CreateChild, CreateChild]
     assert [a.manifest["kind"] for a in fresh.actions if isinstance(a, CreateChild)] == ["Secret", "Pod"]
     suspended = AgentSessionSpec.model_validate({"suspend": True})
-    assert decide(Observed(session, suspended, None, None, "t", T0), config, lambda: "t").actions == ()
+    observed = Observed(
+        session, suspended, None, None, "t", T0, desired=desired_pod(session.ref, suspended, config, None)
+    )
+    assert decide(observed, config, lambda: "t").actions == ()
     assert not any(isinstance(a, StartAcp | Suspend | DeletePod) for a in fresh.actions)
 
 
@@ -784,20 +798,24 @@ def test_activity_is_read_for_an_idle_timeout_or_a_template_change_of_a_started_
     pod["metadata"]["uid"] = "pod-1"
     started = {"phase": "Ready", "podUID": "pod-1", "acp": {"sessionId": "acp-1"}}
     started_session = SessionView({**ref_body, "spec": {}, "status": started})
+
+    def wants_activity_of(view: SessionView, spec: AgentSessionSpec, pod: dict[str, Any]) -> bool:
+        return wants_activity(view, spec, pod, desired_pod(view.ref, spec, config, None))
+
     # The pod is what the spec asks for and no idle timeout: nothing to read.
-    assert not wants_activity(started_session, spec, pod, config)
+    assert not wants_activity_of(started_session, spec, pod)
     changed = AgentSessionSpec.model_validate({"podTemplate": {"labels": {"team": "blue"}}})
-    assert wants_activity(started_session, changed, pod, config)
+    assert wants_activity_of(started_session, changed, pod)
     # Not before ACP started, not for another pod, not while suspending.
-    assert not wants_activity(session, changed, pod, config)
+    assert not wants_activity_of(session, changed, pod)
     other = SessionView({**ref_body, "spec": {}, "status": {**started, "podUID": "pod-0"}})
-    assert not wants_activity(other, changed, pod, config)
+    assert not wants_activity_of(other, changed, pod)
     suspending = AgentSessionSpec.model_validate(
         {"podTemplate": {"labels": {"team": "blue"}}, "suspend": True}
     )
-    assert not wants_activity(started_session, suspending, pod, config)
+    assert not wants_activity_of(started_session, suspending, pod)
     idle = AgentSessionSpec.model_validate({"lifecycle": {"idleTimeout": "5m"}})
-    assert wants_activity(started_session, idle, pod, config)
+    assert wants_activity_of(started_session, idle, pod)
 
 
 async def test_an_agent_that_stops_answering_is_reported_with_agentctls_reason_and_recovers() -> None:
@@ -835,3 +853,99 @@ async def test_what_the_agent_says_of_itself_reaches_the_status_bounded() -> Non
     acp = world.status()["acp"]
     assert 0 < len(acp["availableModes"]) <= MODES_MAX
     assert len(json.dumps(acp)) < 2 * MODES_MAX_BYTES
+
+
+class Counted:
+    """Counts the calls of a function wherever a controller module imported it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str, function: Any) -> None:
+        self.calls = 0
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return function(*args, **kwargs)
+
+        for module in list(sys.modules.values()):
+            if (module.__name__ or "").startswith("agentsession.controller") and getattr(
+                module, name, None
+            ) is function:
+                monkeypatch.setattr(module, name, counted)
+
+    def take(self) -> int:
+        calls, self.calls = self.calls, 0
+        return calls
+
+
+def status_writes(world: World) -> int:
+    return world.kube.verbs().count(f"patch-status {KIND} {NAME}")
+
+
+async def test_one_reconcile_builds_the_pod_once_and_maps_and_writes_the_status_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    builds = Counted(monkeypatch, "build_pod", build_pod)
+    mappings = Counted(monkeypatch, "map_status", map_status)
+    world = World()
+    await world.until_ready()
+    builds.take()
+    mappings.take()
+    # A template change of a started session: observe reads agentctl's activity for it and decide replaces the pod;
+    # both need the pod the spec asks for now.
+    await world.patch_spec(podTemplate={"labels": {"team": "blue"}})
+    world.kube.calls.clear()
+    await world.reconcile()
+    assert ("Normal", "PodSpecChanged") in world.events()
+    assert "status" in [call for call, _ in world.agentctl.calls]
+    assert (builds.take(), mappings.take(), status_writes(world)) == (1, 1, 1)
+    # The new pod, created from the same single build.
+    world.kube.calls.clear()
+    await world.reconcile()
+    assert world.kubelet.pod()["metadata"]["labels"]["team"] == "blue"
+    assert (builds.take(), mappings.take(), status_writes(world)) == (1, 1, 1)
+
+
+async def test_a_reconcile_that_starts_acp_writes_the_status_before_the_start_as_its_plan_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plans: list[Plan] = []
+
+    def recorded(*args: Any) -> Plan:
+        plans.append(decide(*args))
+        return plans[-1]
+
+    monkeypatch.setattr(reconciler_module, "decide", recorded)
+    world = World()
+    await world.apply()
+    await world.reconcile()
+    world.kubelet.run()
+    world.kube.calls.clear()
+    await world.reconcile()
+    assert [type(a) for a in plans[-1].actions] == [WriteStatus, StartAcp]
+    assert status_writes(world) == 2
+    # The first write, before the start: agentctl ready, ACP starting.
+    assert world.event_reasons() == ["PodCreated", "Pending", "Initializing", "Ready"]
+    assert world.status()["phase"] == "Ready"
+
+
+def test_the_plan_writes_the_status_before_an_acp_start_that_is_due() -> None:
+    config = OperatorConfig(image="agentsession:test")
+    session = SessionView(
+        {"metadata": {"name": NAME, "namespace": NS, "uid": "u1", "generation": 1}, "spec": {}}
+    )
+    spec = AgentSessionSpec()
+    desired = desired_pod(session.ref, spec, config, None)
+    assert isinstance(desired, dict)
+    observed = Observed(session, spec, None, desired, "t", T0, desired=desired)
+    assert decide(observed, config, lambda: "t").actions == ()
+    due = decide(replace(observed, start_due=True), config, lambda: "t")
+    assert [type(a) for a in due.actions] == [WriteStatus, StartAcp]
+
+
+def test_decide_reads_the_observed_value_and_calls_no_status_mapper() -> None:
+    source = Path(decisions_module.__file__).read_text()
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+    }
+    assert "agentsession.controller.status_mapper" not in imported

@@ -1,8 +1,10 @@
 """What one reconcile does, decided once from what it observed. Pure: no I/O, time and randomness passed in.
 
-The reconciler observes (the session, its pod, its token, the kubelet's probe reports, agentctl's activity),
-calls `decide`, and executes the actions of the plan in their order. The plan is a value, so unit tests read
-the decision directly, and the order of the calls is written down here instead of following from the shape
+The reconciler observes (the session, its pod, its token, the kubelet's probe reports, agentctl's activity, what
+a pool offers) into one `Observed`, with the pod the spec asks for built once and whether an ACP start is due
+already read from the status mapper; `decide` reads only that value, and the reconciler executes the actions of
+the plan in their order. The plan is a value, so unit tests read the decision directly, and the order of the
+calls, a status written before an ACP start included, is written down here instead of following from the shape
 of the code that makes them.
 """
 
@@ -11,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from agentsession.api.egress import BUDGET_CONDITION, Budget, effective_budget, exhausted
 from agentsession.api.manifest import Manifest
@@ -33,9 +34,7 @@ from agentsession.controller.pod_builder import (
     build_workspace_claim,
     drain_timeout,
 )
-from agentsession.controller.pool_builder import claim_target, claimable, created_at
 from agentsession.controller.rejections import retry_after
-from agentsession.controller.status_mapper import Observation, start_due
 from agentsession.controller.transitions import Event
 from agentsession.kube.views import PodView, SessionView
 
@@ -64,8 +63,9 @@ class Observed:
     activity: StatusResponse | None = None  # agentctl's report, read for lifecycle.idleTimeout
     activity_error: str | None = None  # why that report could not be read
     agent_error: str | None = None  # agentctl's last error, read when the agent stopped being ready
-    # The pods of spec.poolRef's pool, read when the session may claim one (its first start).
-    pool_members: tuple[Manifest, ...] = ()
+    # What spec.poolRef's pool offers the session's first pod (`pool_claim`), read when it may claim one: a claim
+    # of a warm pod that fits, or a cold start and why.
+    pool_offer: ClaimPod | StartupTimings | None = None
     # A pod this session claimed whose claim was not recorded (the operator stopped in between): its pool and the
     # pod's stem.
     unrecorded_claim: tuple[str, str] | None = None
@@ -74,6 +74,10 @@ class Observed:
     egress: EgressRoute | None = None
     # The annotations of the session's namespace (its default budget among them).
     namespace_annotations: Mapping[str, str] = field(default_factory=dict)
+    # The status mapper's word, on what was observed: agentctl is ready and ACP must be started (again).
+    start_due: bool = False
+    # The pod the spec asks for now (`desired_pod`), built once per reconcile, or why the pod builder refused it.
+    desired: Manifest | SpecError = field(kw_only=True)
 
     @property
     def ref(self) -> SessionRef:
@@ -126,6 +130,12 @@ class DeferRestart:
 
 
 @dataclass(frozen=True)
+class WriteStatus:
+    """Maps and writes the status as executing the plan so far left it, before a step that takes long; the
+    status of the whole plan is written after its last step, as always."""
+
+
+@dataclass(frozen=True)
 class StartAcp:
     request: StartRequest
 
@@ -165,6 +175,7 @@ Action = (
     | DeletePod
     | DeferRestart
     | Suspend
+    | WriteStatus
     | StartAcp
     | PostEvent
     | ClaimPod
@@ -184,25 +195,6 @@ class Plan:
     start: StartupTimings | None = None
     # Why no pod is made: the egress proxy's address is unknown; shown as EgressProxyUnavailable.
     egress_unavailable: str | None = None
-
-
-def observation(observed: Observed, config: OperatorConfig, **changes: Any) -> Observation:
-    """The status mapper's view of what was observed, with what executing the plan changed."""
-    values: dict[str, Any] = {
-        "generation": observed.session.generation,
-        "suspend": observed.spec.suspend,
-        "previous": observed.session.status,
-        "now": observed.now,
-        "pod": observed.pod,
-        "deleting": observed.session.deleting,
-        "agentctl_port": config.agentctl_port,
-        "spec_error": observed.spec_error,
-        "probe_message": observed.probe_message,
-        "agent_error": observed.agent_error,
-        "budget": session_budget(observed, config),
-    }
-    values.update(changes)
-    return Observation(**values)
 
 
 def session_budget(observed: Observed, config: OperatorConfig) -> Budget:
@@ -226,7 +218,7 @@ def decide(observed: Observed, config: OperatorConfig, token: Callable[[], str])
         and not waits_for_egress
         and first_start(observed.session.status, observed.spec, observed.pod)
     ):
-        taken = _claim(observed, config)
+        taken = observed.pool_offer if observed.pool_offer is not None else StartupTimings(source="Cold")
         if isinstance(taken, ClaimPod):
             return Plan((taken,))
         start = taken
@@ -235,21 +227,20 @@ def decide(observed: Observed, config: OperatorConfig, token: Callable[[], str])
         actions.append(PostEvent(Event("Normal", start.reason, start.message or "")))
     if observed.token is None:
         actions.append(CreateChild(build_token_secret(session, token())))
-    try:
-        claim = build_workspace_claim(session, spec)
-        if claim is not None:
-            actions.append(CreateChild(claim))
-        if observed.spec_error is None:
-            actions.extend(_pod_actions(observed, config))
-    except EgressProxyUnavailable as error:
-        return Plan(tuple(actions), start=start, egress_unavailable=str(error))
-    except SpecError as error:
-        return Plan((*actions, *_refused_pod(observed, error)), spec_error=str(error))
+    claim = build_workspace_claim(session, spec)
+    if claim is not None:
+        actions.append(CreateChild(claim))
+    pod_actions = _pod_actions(observed) if observed.spec_error is None else []
+    if isinstance(pod_actions, EgressProxyUnavailable):
+        return Plan(tuple(actions), start=start, egress_unavailable=str(pod_actions))
+    if isinstance(pod_actions, SpecError):
+        return Plan((*actions, *_refused_pod(observed, pod_actions)), spec_error=str(pod_actions))
+    actions.extend(pod_actions)
     idle_recheck: float | None = None
     # ACP starts, and idleness counts, only on a pod that this reconcile leaves in place.
     if not any(_touches_pod(a) for a in actions):
         actions.extend(_budget_actions(observed, config))
-        actions.extend(_acp_actions(observed, config))
+        actions.extend(_acp_actions(observed))
         idle, idle_recheck = _idle(observed)
         actions.extend(idle)
     return Plan(tuple(actions), idle_recheck=idle_recheck, start=start)
@@ -270,41 +261,14 @@ def claimed_start(pool: str, member: str) -> StartupTimings:
     return StartupTimings(source="Claimed", pool=pool, member=member)
 
 
-def _claim(observed: Observed, config: OperatorConfig) -> ClaimPod | StartupTimings:
-    """A claim of one of the pool's warm pods that has the session's pod shape, oldest first; else a cold start
-    and why."""
-    ref = observed.spec.poolRef
-    if ref is None:
-        return StartupTimings(source="Cold")
-    session, spec = observed.ref, observed.spec
-    ready = sorted((p for p in observed.pool_members if claimable(p)), key=created_at)
-    candidates = tuple(
-        (pod, desired)
-        for pod in ready
-        if (desired := claim_target(session, spec, pod, config, observed.egress)) is not None
-    )
-    if candidates:
-        return ClaimPod(ref.name, candidates)
-    if ready:
-        reason, message = (
-            "PoolTemplateMismatch",
-            f"the warm pods of pool {ref.name} are not the pod this session asks for (its agent, agentctl, "
-            "workspace, cwd, lifecycle and podTemplate must equal the pool's template); started cold",
-        )
-    elif observed.pool_members:
-        reason, message = "PoolNotReady", f"no warm pod of pool {ref.name} is ready yet; started cold"
-    else:
-        reason, message = "PoolEmpty", f"pool {ref.name} has no warm pod (does it exist?); started cold"
-    return StartupTimings(source="Cold", pool=ref.name, reason=reason, message=message)
-
-
 def _touches_pod(action: Action) -> bool:
     if isinstance(action, CreateChild):
         return action.manifest.get("kind") == "Pod"
     return isinstance(action, DeletePod | Suspend | ClaimPod | AdoptChildren)
 
 
-def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
+def _pod_actions(observed: Observed) -> list[Action] | SpecError:
+    """What the pod needs, or the pod builder's refusal where the pod it would build is needed."""
     session, spec, previous = observed.ref, observed.spec, observed.session.status
     raw = observed.pod
     pod = PodView(raw) if raw is not None else None
@@ -314,7 +278,9 @@ def _pod_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
         if pod is not None and not pod.deleting:
             return [*_drain(observed), _delete(pod, "Suspending", "spec.suspend is true: stopping the pod")]
         return []
-    desired = build_pod(session, spec, config, observed.egress)
+    desired = observed.desired
+    if isinstance(desired, SpecError):
+        return desired
     if pod is None:
         actions: list[Action] = []
         if previous.podUID:
@@ -396,10 +362,10 @@ def _budget_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
     return [CancelTurn(spent)]
 
 
-def _acp_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
+def _acp_actions(observed: Observed) -> list[Action]:
     if observed.pod is None or observed.token is None or observed.spec.suspend:
         return []
-    if not start_due(observation(observed, config)):
+    if not observed.start_due:
         return []
     old = observed.session.status.acp
     request = StartRequest(
@@ -410,7 +376,8 @@ def _acp_actions(observed: Observed, config: OperatorConfig) -> list[Action]:
         cwd=observed.spec.cwd,
         mode_id=observed.spec.mode,
     )
-    return [StartAcp(request)]
+    # AgentctlReady is written before ACP starts, which takes the agent's own start-up time.
+    return [WriteStatus(), StartAcp(request)]
 
 
 def _idle(observed: Observed) -> tuple[list[Action], float | None]:
@@ -431,15 +398,21 @@ def _idle(observed: Observed) -> tuple[list[Action], float | None]:
     return [Suspend(Event("Normal", "IdleTimeout", message))], None
 
 
+def desired_pod(
+    session: SessionRef, spec: AgentSessionSpec, config: OperatorConfig, egress: EgressRoute | None
+) -> Manifest | SpecError:
+    """The pod the spec asks for, or why the pod builder cannot make it (a refusal is the plan's to act on)."""
+    try:
+        return build_pod(session, spec, config, egress)
+    except SpecError as error:
+        return error
+
+
 def wants_activity(
-    session: SessionView,
-    spec: AgentSessionSpec,
-    pod: Manifest | None,
-    config: OperatorConfig,
-    egress: EgressRoute | None = None,
+    session: SessionView, spec: AgentSessionSpec, pod: Manifest | None, desired: Manifest | SpecError
 ) -> bool:
     """Whether deciding needs agentctl's activity report: for the idle check of a Ready session with an idle
-    timeout, or to know whether a turn runs on a pod whose template changed."""
+    timeout, or to know whether a turn runs on a pod whose template changed (`desired`: `desired_pod`)."""
     if pod is None or spec.suspend or session.deleting or session.status.podUID != PodView(pod).uid:
         return False
     lifecycle = spec.lifecycle
@@ -448,9 +421,7 @@ def wants_activity(
     acp = session.status.acp
     if acp is None or not acp.sessionId:
         return False
-    try:
-        desired = build_pod(session.ref, spec, config, egress)
-    except SpecError:
+    if isinstance(desired, SpecError):
         return False
     return _outdated(PodView(pod), desired)
 

@@ -37,7 +37,8 @@ from agentsession.controller.pool_builder import (
     stem_of,
     surplus,
 )
-from agentsession.controller.reconciler import PodLookup, TokenOf
+from agentsession.controller.pool_claim import PodLookup
+from agentsession.controller.reconciler import TokenOf
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError, NotFound
 from agentsession.kube.ops import create_or_read

@@ -1,7 +1,10 @@
 """One idempotent reconcile of one AgentSession: observe → decide (pure, once) → act → report the status.
 
-Every trigger (create, resume, update, pod event, requeue) runs this same function; it reads the current
-state, never remembers what it did last time, and is safe to run twice.
+Observe reads into one `Observed`, with the desired pod built once and the status mapper's word on whether ACP
+start is due; `decisions.decide` turns it into a plan; act carries the plan out; the status is mapped and written
+once at the end, and once more only where the plan says so (`WriteStatus`, before an ACP start). Every trigger
+(create, resume, update, pod event, requeue) runs this same function; it reads the current state, never
+remembers what it did last time, and is safe to run twice. Warm pools are `pool_claim`'s.
 """
 
 from __future__ import annotations
@@ -10,23 +13,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 
 from agentsession.agentctl_client import AgentctlConnector, AgentctlError
-from agentsession.api.constants import (
-    AGENTCTL_CONTAINER,
-    LABEL_CLAIMED_FROM,
-    LABEL_POOL,
-    LABEL_SESSION,
-    MANAGER,
-    pod_name,
-    token_secret_name,
-    workspace_claim_name,
-)
+from agentsession.api.constants import AGENTCTL_CONTAINER, LABEL_SESSION, MANAGER, token_secret_name
 from agentsession.api.egress import new_phantom
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import (
@@ -37,6 +32,8 @@ from agentsession.api.models import (
     Phase,
     StartupTimings,
 )
+from agentsession.api.session_ref import SessionRef
+from agentsession.contract.wire import StatusResponse
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import (
@@ -52,35 +49,36 @@ from agentsession.controller.decisions import (
     PostEvent,
     StartAcp,
     Suspend,
-    claimed_start,
+    WriteStatus,
     decide,
+    desired_pod,
     first_start,
-    observation,
     requeue_after,
+    session_budget,
     wants_activity,
 )
 from agentsession.controller.namespaces import NamespaceAnnotations
 from agentsession.controller.network_policy import policy_keeper
 from agentsession.controller.pod_builder import egress_route
-from agentsession.controller.pool_builder import adopt_patch, claim_patch, stem_of
+from agentsession.controller.pool_claim import PodLookup, PoolClaims, session_pod
 from agentsession.controller.rejections import Rejection, rejection
 from agentsession.controller.status_mapper import (
+    Observation,
     agent_restart_count,
     agent_unready_since,
     agentctl_restart_count,
     latest_readiness_failure,
     map_status,
     readiness_pending_since,
+    start_due,
 )
 from agentsession.controller.transitions import Event, drain_event, status_events
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.ops import create_or_read, decode_token, post_event
-from agentsession.kube.resources import AGENT_SESSIONS, CLAIMS, EVENTS, PODS, SECRETS, resource_of
+from agentsession.kube.resources import AGENT_SESSIONS, EVENTS, PODS, SECRETS, resource_of
 from agentsession.kube.views import ChildView, EventView, PodView, SessionView
 
-# The pods of a namespace that carry a label with a value, from the operator's watch (kopf's indexes).
-PodLookup = Callable[[str, str, str], list[Manifest]]
 # The agentctl token of the children named after a stem in a namespace (`contract.auth.TokenDeriver`).
 TokenOf = Callable[[str, str], str]
 log = logging.getLogger(__name__)
@@ -100,19 +98,15 @@ def utc_now() -> datetime:
 
 @dataclass
 class Outcome:
-    """What executing a plan changed, for the one status written at the end."""
+    """What executing the plan changed so far, for the status written after it (and at a `WriteStatus`)."""
 
+    written: AgentSessionStatus  # the status as the API server holds it
     pod: Manifest | None
     pods_created: int
-    acp: AcpStatus | None
+    acp: AcpStatus | None = None
     rejection: Rejection | None = None
     restart_pending: str | None = None
     start: StartupTimings | None = None
-
-
-def _claimed_by(pod: Manifest, uid: str) -> bool:
-    view = PodView(pod)
-    return LABEL_CLAIMED_FROM in view.labels and view.owned_by(uid)
 
 
 class Reconciler:
@@ -137,6 +131,7 @@ class Reconciler:
         self._proxy_address = proxy_address
         self._namespaces = namespaces or NamespaceAnnotations(kube)
         self._policies = policy_keeper(config, kube)
+        self._claims = PoolClaims(config, kube, pod_lookup, self._event)
         self._phases: dict[tuple[str, str], Phase] = {}
         # A session's token never changes while the session lives: its Secret is read once per session uid, to
         # know that it holds the token, not per reconcile.
@@ -163,22 +158,12 @@ class Reconciler:
         plan = decide(observed, self._config, lambda: self._token_of(ref.namespace, ref.children))
         if plan.start is not None and plan.start.pool and plan.start.reason:
             metrics.POOL_MISSES.labels(pool=plan.start.pool, reason=plan.start.reason).inc()
-        written = observed.session.status
-
-        async def report(outcome: Outcome) -> AgentSessionStatus:
-            nonlocal written
-            status = self._status(observed, plan, outcome)
-            await self._write(observed.session, written, status)
-            written = status
-            return status
-
-        outcome = await self._act(observed, plan, report)
-        status = await report(outcome)
-        if any(isinstance(a, ClaimPod) for a in plan.actions) and outcome.start is None:
-            # Every candidate was taken first; once the watch shows that, the next reconcile decides again.
-            return CLAIM_RETRY_SECONDS
-        if any(isinstance(a, AdoptChildren) for a in plan.actions):
-            # A finished claim changes no pod, so no pod event brings the reconcile that starts ACP on it.
+        outcome = await self._act(observed, plan)
+        status = await self._report(observed, plan, outcome)
+        if any(isinstance(a, ClaimPod | AdoptChildren) for a in plan.actions) and outcome.start is None:
+            # A claim that took no pod: every candidate was taken first (once the watch shows that, the next
+            # reconcile decides again), or it finished one cut short, which changes no pod, so no pod event
+            # brings the reconcile that starts ACP on it.
             return CLAIM_RETRY_SECONDS
         return requeue_after(
             plan, outcome.rejection is not None, observed.session.status, status, observed.now, self._config
@@ -215,63 +200,78 @@ class Reconciler:
             spec = AgentSessionSpec.model_validate(session.spec)
         except ValidationError as error:
             spec, spec_error = AgentSessionSpec(), _spec_problem(error)
-        pods = self._pod_lookup(namespace, LABEL_SESSION, name)
-        stem = session.ref.children
-        pod = next((p for p in pods if PodView(p).name == pod_name(stem)), None)
-        unrecorded: tuple[str, str] | None = None
-        if pod is None and stem == name:
-            # A pod claimed from a pool, the claim not yet in the status: the operator stopped in between.
-            pod = next((p for p in pods if _claimed_by(p, session.uid)), None)
-            if pod is not None:
-                stem = stem_of(pod)
-                unrecorded = (PodView(pod).labels[LABEL_CLAIMED_FROM], stem)
-        token = None if session.deleting else await self._token(session, stem)
+        pod, unrecorded = session_pod(session, self._pod_lookup(namespace, LABEL_SESSION, name))
+        ref = replace(session.ref, stem=unrecorded[1]) if unrecorded else session.ref
+        token = None if session.deleting else await self._token(session, ref.children)
         # A phantom for the pod this reconcile may create; unused (and forgotten) when it creates none.
         route = egress_route(self._config, self._proxy_address(), new_phantom())
         # Budgets count only what the egress proxy metered: without one, and with no usage, nothing to read.
         metered = self._config.egress_proxy is not None or session.status.usage is not None
         annotations = await self._namespaces.get(namespace) if metered and not session.deleting else {}
+        now = self._clock()
+        offer = self._claims.offer(ref, spec, route) if first_start(session.status, spec, pod) else None
+        desired = desired_pod(ref, spec, self._config, route)
+        probe_message = await self._probe_failure(namespace, pod) if pod is not None else None
+        agent_error, activity, activity_error = None, None, None
+        if pod is not None and token is not None:
+            agent_error = await self._agent_error(session, pod, token)
+            if wants_activity(session, spec, pod, desired):
+                activity, activity_error = await self._activity(session, pod, token)
         observed = Observed(
             session,
             spec,
             spec_error,
             pod,
             token,
-            self._clock(),
+            now,
+            probe_message=probe_message,
+            activity=activity,
+            activity_error=activity_error,
+            agent_error=agent_error,
+            pool_offer=offer,
             unrecorded_claim=unrecorded,
             egress=route,
             namespace_annotations=annotations,
+            desired=desired,
         )
-        if spec.poolRef is not None and first_start(session.status, spec, pod):
-            members = self._pod_lookup(namespace, LABEL_POOL, spec.poolRef.name)
-            observed = replace(observed, pool_members=tuple(members))
-        if pod is not None and (since := readiness_pending_since(pod)) is not None:
-            # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
-            # agentctl's own probe only: the agent container's says the agent has not answered yet.
-            selector = (
-                f"involvedObject.uid={PodView(pod).uid},reason=Unhealthy,type=Warning,"
-                f"involvedObject.fieldPath=spec.initContainers{{{AGENTCTL_CONTAINER}}}"
-            )
-            events = (await self._kube.list(EVENTS, namespace, field_selector=selector)).items
-            failure = latest_readiness_failure(map(EventView, events), since)
-            observed = replace(observed, probe_message=failure)
-        if pod is not None and token is not None and agent_unready_since(pod, session.status.acp) is not None:
-            # The agent runs, yet agentctl cannot talk to it: its last error says why.
-            try:
-                report = await self._agentctl(self._endpoint(pod), token).status()
-                observed = replace(observed, agent_error=report.last_error)
-            except AgentctlError as error:
-                self._refused_token(session, error)
-                log.warning("status of agentctl of %s/%s failed: %s", namespace, name, error)
-        if pod is not None and token is not None and wants_activity(session, spec, pod, self._config, route):
-            try:
-                activity = await self._agentctl(self._endpoint(pod), token).status()
-                observed = replace(observed, activity=activity)
-            except AgentctlError as error:
-                self._refused_token(session, error)
-                log.warning("idle check of %s/%s failed: %s", namespace, name, error)
-                observed = replace(observed, activity_error=str(error))
-        return observed
+        # Decide reads the mapper's word on the start, not the mapper.
+        return replace(observed, start_due=start_due(observation(observed, self._config)))
+
+    async def _probe_failure(self, namespace: str, pod: Manifest) -> str | None:
+        """The kubelet's latest readiness failure of the running agentctl, if it is not ready yet."""
+        since = readiness_pending_since(pod)
+        if since is None:
+            return None
+        # Only the kubelet's Unhealthy events tell a failing readiness probe (and why) from one not run yet.
+        # agentctl's own probe only: the agent container's says the agent has not answered yet.
+        selector = (
+            f"involvedObject.uid={PodView(pod).uid},reason=Unhealthy,type=Warning,"
+            f"involvedObject.fieldPath=spec.initContainers{{{AGENTCTL_CONTAINER}}}"
+        )
+        events = (await self._kube.list(EVENTS, namespace, field_selector=selector)).items
+        return latest_readiness_failure(map(EventView, events), since)
+
+    async def _agent_error(self, session: SessionView, pod: Manifest, token: str) -> str | None:
+        """agentctl's last error, when the agent runs yet agentctl cannot talk to it: it says why."""
+        if agent_unready_since(pod, session.status.acp) is None:
+            return None
+        try:
+            return (await self._agentctl(self._endpoint(pod), token).status()).last_error
+        except AgentctlError as error:
+            self._refused_token(session, error)
+            log.warning("status of agentctl of %s/%s failed: %s", *session.key, error)
+            return None
+
+    async def _activity(
+        self, session: SessionView, pod: Manifest, token: str
+    ) -> tuple[StatusResponse | None, str | None]:
+        """agentctl's activity report, or why it could not be read."""
+        try:
+            return await self._agentctl(self._endpoint(pod), token).status(), None
+        except AgentctlError as error:
+            self._refused_token(session, error)
+            log.warning("idle check of %s/%s failed: %s", *session.key, error)
+            return None, str(error)
 
     async def _token(self, session: SessionView, stem: str) -> str | None:
         cached = self._tokens.get(session.key)
@@ -302,56 +302,55 @@ class Reconciler:
 
     # --- act ---
 
-    async def _act(
-        self, observed: Observed, plan: Plan, report: Callable[[Outcome], Awaitable[AgentSessionStatus]]
-    ) -> Outcome:
-        outcome = Outcome(observed.pod, observed.session.status.podsCreated or 0, None)
-        session = observed.session
+    async def _act(self, observed: Observed, plan: Plan) -> Outcome:
+        session, ref = observed.session, observed.ref
+        outcome = Outcome(session.status, observed.pod, session.status.podsCreated or 0)
         for action in plan.actions:
-            if isinstance(action, CreateChild):
-                try:
-                    if action.manifest["kind"] == "Pod" and self._policies is not None:
-                        await self._policies.ensure(session.namespace)
-                    obj, created = await self._create_child(session, action.manifest)
-                except KubeError as error:
-                    outcome.rejection = rejection(error.kind, error.status, error.api_message)
-                    if outcome.rejection is None:
-                        raise
-                    log.warning("the API server refused a child of %s/%s: %s", *session.key, error)
-                    break  # what follows needs this child
-                if obj["kind"] == "Pod":
-                    outcome.pod = obj
-                    outcome.pods_created += int(created)
-                elif obj["kind"] == "Secret":
-                    self._tokens[session.key] = (session.uid, decode_token(obj))
-                if created and action.on_created is not None:
-                    await self._event(session, action.on_created)
-            elif isinstance(action, Drain):
-                await self._drain(observed, action)
-            elif isinstance(action, DeletePod):
-                # Gone already, or the name now holds a newer pod: either way not ours to delete.
-                with contextlib.suppress(NotFound, Conflict):
-                    await self._kube.delete(PODS, session.namespace, action.name, uid=action.uid)
-                await self._event(session, action.event)
-            elif isinstance(action, Suspend):
-                await self._kube.patch(
-                    AGENT_SESSIONS, session.namespace, session.name, {"spec": {"suspend": True}}
-                )
-                await self._event(session, action.event)
-            elif isinstance(action, StartAcp):
-                # AgentctlReady is written before ACP starts, which takes the agent's own start-up time.
-                await report(outcome)
-                outcome.acp = await self._start_acp(observed, action)
-            elif isinstance(action, DeferRestart):
-                outcome.restart_pending = action.message
-            elif isinstance(action, PostEvent):
-                await self._event(session, action.event)
-            elif isinstance(action, ClaimPod):
-                await self._claim(observed, action, outcome)
-            elif isinstance(action, AdoptChildren):
-                await self._adopt(observed, action.pool)
-            elif isinstance(action, CancelTurn):
-                await self._cancel(observed, action)
+            match action:
+                case CreateChild():
+                    try:
+                        if action.manifest["kind"] == "Pod" and self._policies is not None:
+                            await self._policies.ensure(session.namespace)
+                        obj, created = await self._create_child(session, action.manifest)
+                    except KubeError as error:
+                        outcome.rejection = rejection(error.kind, error.status, error.api_message)
+                        if outcome.rejection is None:
+                            raise
+                        log.warning("the API server refused a child of %s/%s: %s", *session.key, error)
+                        break  # what follows needs this child
+                    if obj["kind"] == "Pod":
+                        outcome.pod = obj
+                        outcome.pods_created += int(created)
+                    elif obj["kind"] == "Secret":
+                        self._tokens[session.key] = (session.uid, decode_token(obj))
+                    if created and action.on_created is not None:
+                        await self._event(ref, action.on_created)
+                case Drain():
+                    await self._drain(observed, action)
+                case DeletePod():
+                    # Gone already, or the name now holds a newer pod: either way not ours to delete.
+                    with contextlib.suppress(NotFound, Conflict):
+                        await self._kube.delete(PODS, session.namespace, action.name, uid=action.uid)
+                    await self._event(ref, action.event)
+                case Suspend():
+                    await self._kube.patch(
+                        AGENT_SESSIONS, session.namespace, session.name, {"spec": {"suspend": True}}
+                    )
+                    await self._event(ref, action.event)
+                case WriteStatus():
+                    await self._report(observed, plan, outcome)
+                case StartAcp():
+                    outcome.acp = await self._start_acp(observed, action)
+                case DeferRestart():
+                    outcome.restart_pending = action.message
+                case PostEvent():
+                    await self._event(ref, action.event)
+                case ClaimPod() | AdoptChildren():
+                    taken = await self._claims.take(ref, action)
+                    if taken is not None:
+                        outcome.pod, outcome.start = taken.pod, taken.start
+                case CancelTurn():
+                    await self._cancel(observed, action)
         return outcome
 
     async def _create_child(self, session: SessionView, manifest: Manifest) -> tuple[Manifest, bool]:
@@ -382,43 +381,6 @@ class Reconciler:
             *ChildView(obj).key,
         )
         return await self._kube.patch(SECRETS, *ChildView(obj).key, {"data": manifest["data"]})
-
-    async def _claim(self, observed: Observed, action: ClaimPod, outcome: Outcome) -> None:
-        """Tries the candidates in order; a pod another session took first (a Conflict) is skipped. When all are
-        taken, the next reconcile (the pool's pods changed) decides again: another claim or a cold start."""
-        session = observed.ref
-        for pod, desired in action.candidates:
-            name = PodView(pod).name
-            try:
-                taken = await self._kube.patch(
-                    PODS, session.namespace, name, claim_patch(pod, desired, session, action.pool)
-                )
-            except (Conflict, NotFound):
-                metrics.POOL_CLAIM_CONFLICTS.labels(pool=action.pool).inc()
-                continue
-            stem = stem_of(taken)
-            await self._adopt(replace(observed, unrecorded_claim=(action.pool, stem)), action.pool)
-            outcome.pod = taken
-            outcome.start = claimed_start(action.pool, stem)
-            metrics.POOL_CLAIMS.labels(pool=action.pool).inc()
-            await self._event(
-                observed.session,
-                Event("Normal", "PodClaimed", f"claimed warm pod {name} of pool {action.pool}"),
-            )
-            return
-        log.info("every warm pod of pool %s that %s/%s could take was taken first", action.pool, *session.key)
-
-    async def _adopt(self, observed: Observed, pool: str) -> None:
-        """The claimed pod's token Secret and workspace claim become the session's, so deleting the pool (which
-        owns what it has not given away) leaves them."""
-        session = observed.ref
-        patch = adopt_patch(session, pool)
-        for resource, name in (
-            (SECRETS, token_secret_name(session.children)),
-            (CLAIMS, workspace_claim_name(session.children)),
-        ):
-            with contextlib.suppress(NotFound):
-                await self._kube.patch(resource, session.namespace, name, patch)
 
     async def _start_acp(self, observed: Observed, action: StartAcp) -> AcpStatus:
         """Calls agentctl's start; the result (or the error) is recorded for this pod and agentctl restart."""
@@ -462,7 +424,7 @@ class Reconciler:
             return
         event = drain_event(result)
         if event is not None:
-            await self._event(session, event)
+            await self._event(session.ref, event)
 
     async def _cancel(self, observed: Observed, action: CancelTurn) -> None:
         """Ends the running turn of a session whose budget is spent. A failure is logged only: the proxy refuses
@@ -486,12 +448,19 @@ class Reconciler:
 
     # --- report ---
 
+    async def _report(self, observed: Observed, plan: Plan, outcome: Outcome) -> AgentSessionStatus:
+        """Maps the status from what was observed and what executing the plan changed so far, and writes it."""
+        status = self._status(observed, plan, outcome)
+        await self._write(observed.session, outcome.written, status)
+        outcome.written = status
+        return status
+
     async def _write(
         self, session: SessionView, previous: AgentSessionStatus, status: AgentSessionStatus
     ) -> None:
         """Writes `status` if it differs from `previous` (what the API holds), with the Events of the change."""
         # The Events go out with the status, not after it: a reconcile waits one round trip, not one per Event.
-        writes = [self._event(session, event) for event in status_events(previous, status)]
+        writes = [self._event(session.ref, event) for event in status_events(previous, status)]
         # status.usage is the egress proxy's: written back, a value read before would undo its newer counts.
         new = status.model_dump(mode="json", exclude={"usage"})
         if new != previous.model_dump(mode="json", exclude={"usage"}):
@@ -509,9 +478,9 @@ class Reconciler:
             # Deleted since it was observed: its DELETED event comes next and forgets it.
             log.debug("%s/%s is gone; its status is not written", *session.key)
 
-    async def _event(self, session: SessionView, event: Event) -> None:
+    async def _event(self, session: SessionRef, event: Event) -> None:
         metrics.EVENTS_POSTED.labels(type=event.type).inc()
-        involved = session.ref.object_reference()
+        involved = session.object_reference()
         await post_event(self._kube, involved, event.type, event.reason, event.message, MANAGER)
 
     def _observe_stages(self, previous: AgentSessionStatus, status: AgentSessionStatus) -> None:
@@ -551,3 +520,22 @@ def _spec_problem(error: ValidationError) -> str:
     where = ".".join(["spec", *(str(part) for part in first["loc"])])
     more = error.error_count() - 1
     return f"{where}: {first['msg']}" + (f" (and {more} more)" if more else "")
+
+
+def observation(observed: Observed, config: OperatorConfig, **changes: Any) -> Observation:
+    """The status mapper's view of what was observed, with what executing the plan changed."""
+    values: dict[str, Any] = {
+        "generation": observed.session.generation,
+        "suspend": observed.spec.suspend,
+        "previous": observed.session.status,
+        "now": observed.now,
+        "pod": observed.pod,
+        "deleting": observed.session.deleting,
+        "agentctl_port": config.agentctl_port,
+        "spec_error": observed.spec_error,
+        "probe_message": observed.probe_message,
+        "agent_error": observed.agent_error,
+        "budget": session_budget(observed, config),
+    }
+    values.update(changes)
+    return Observation(**values)

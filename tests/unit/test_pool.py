@@ -7,11 +7,11 @@ import copy
 from typing import Any
 
 from agentsession.api.constants import API_VERSION, LABEL_CLAIMED_FROM, LABEL_POOL, LABEL_SESSION, POOL_KIND
+from agentsession.api.views import SessionView
 from agentsession.controller.pool_builder import adopt_patch, claim_patch, claim_target, stem_of
 from agentsession.controller.pool_reconciler import REFILL_AT_ONCE, PoolReconciler
 from agentsession.controller.reconciler import CLAIM_RETRY_SECONDS
 from agentsession.kube.resources import PODS
-from agentsession.kube.views import SessionView
 from tests.unit.test_reconciler import NAME, NS, World
 
 POOL = "warm"

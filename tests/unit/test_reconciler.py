@@ -21,6 +21,7 @@ from agentsession.agentctl_client.fake import (
 from agentsession.api.acp import MODES_MAX, MODES_MAX_BYTES, SessionMode
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
 from agentsession.api.models import AgentSessionSpec
+from agentsession.api.views import SessionView
 from agentsession.controller.config import AgentProfile, OperatorConfig
 from agentsession.controller.decisions import (
     CreateChild,
@@ -35,7 +36,6 @@ from agentsession.controller.pod_builder import build_pod, build_token_secret
 from agentsession.controller.reconciler import Reconciler
 from agentsession.kube.fake import FakeKube
 from agentsession.kube.resources import AGENT_SESSIONS, SECRETS
-from agentsession.kube.views import SessionView
 
 NS, NAME, POD = "team", "s1", "s1-agent"
 POD_IP = "10.0.0.7"

@@ -24,6 +24,7 @@ from agentsession.api.constants import (
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, PoolTemplate
 from agentsession.api.session_ref import SessionRef, owner_reference
+from agentsession.api.views import PodView
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
@@ -34,7 +35,6 @@ from agentsession.controller.pod_builder import (
     build_workspace_claim,
     shape_hash,
 )
-from agentsession.kube.views import PodView
 
 _ALPHABET = string.ascii_lowercase + string.digits
 

@@ -24,6 +24,7 @@ from agentsession.api.egress import new_phantom
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionPoolSpec, AgentSessionPoolStatus
 from agentsession.api.times import parse_time
+from agentsession.api.views import PodView
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.network_policy import policy_keeper
@@ -42,7 +43,6 @@ from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError, NotFound
 from agentsession.kube.ops import create_or_read
 from agentsession.kube.resources import AGENT_SESSION_POOLS, CLAIMS, PODS, SECRETS
-from agentsession.kube.views import PodView
 
 log = logging.getLogger(__name__)
 # Warm pods started at once. A pod's start is mostly CPU (two interpreters loading); refilling a whole burst of

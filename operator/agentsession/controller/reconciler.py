@@ -37,6 +37,7 @@ from agentsession.api.models import (
     Phase,
     StartupTimings,
 )
+from agentsession.api.views import ChildView, EventView, PodView, SessionView
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import (
@@ -77,7 +78,6 @@ from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.ops import create_or_read, decode_token, post_event
 from agentsession.kube.resources import AGENT_SESSIONS, CLAIMS, EVENTS, PODS, SECRETS, resource_of
-from agentsession.kube.views import ChildView, EventView, PodView, SessionView
 
 # The pods of a namespace that carry a label with a value, from the operator's watch (kopf's indexes).
 PodLookup = Callable[[str, str, str], list[Manifest]]

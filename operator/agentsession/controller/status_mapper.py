@@ -25,8 +25,8 @@ from agentsession.api.models import (
     StartupTimings,
 )
 from agentsession.api.times import parse_time
+from agentsession.api.views import EventView, PodView
 from agentsession.controller.rejections import Rejection
-from agentsession.kube.views import EventView, PodView
 
 CONDITION_ORDER: tuple[ConditionType, ...] = (
     "PodScheduled",

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from agentsession.agentctl_client import AgentctlApi, AgentctlConnector, AgentctlError
 from agentsession.api.manifest import Key, Manifest
+from agentsession.api.views import SessionView
 from agentsession.contract.live_state import LiveState, after_entry
 from agentsession.contract.wire import StatusResponse
 from agentsession.gateway.codec import utf8_size
@@ -41,7 +42,6 @@ from agentsession.gateway.watch_cache import SessionCache
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError
 from agentsession.kube.resources import AGENT_SESSIONS
-from agentsession.kube.views import SessionView
 from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from typing import Any
 
 from agentsession.agentctl_client import AgentctlApi, AgentctlError
 from agentsession.api.manifest import Key
+from agentsession.api.views import SessionView
 from agentsession.gateway import commands as c
 from agentsession.gateway import metrics
 from agentsession.gateway.agents import AgentRegistry, split_id
@@ -25,7 +26,6 @@ from agentsession.gateway.events import (
 )
 from agentsession.gateway.status import budget_state
 from agentsession.gateway.upstream import request_error
-from agentsession.kube.views import SessionView
 
 log = logging.getLogger(__name__)
 

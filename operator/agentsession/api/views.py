@@ -1,8 +1,9 @@
 """Typed, read-only views over the raw objects the API returns, for the fields code reads.
 
 The bodies stay plain JSON (the pure core and the wire see them unchanged); a view answers the questions
-callers ask (is it being deleted? who owns it? which conditions are true?) in one place, instead of
-`.get("status") or {}` chains spread over every caller.
+callers ask (is it being deleted? who owns it? which conditions are true? how did a container end?) in one place,
+instead of `.get("status") or {}` chains spread over every caller. The operator, the gateway and the egress proxy
+read sessions and pods through these.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class _Meta:
     def deleting(self) -> bool:
         return bool(self.meta.get("deletionTimestamp"))
 
+    @property
+    def created_at(self) -> str | None:
+        value = self.meta.get("creationTimestamp")
+        return str(value) if value else None
+
     def annotation(self, key: str) -> str | None:
         value = (self.meta.get("annotations") or {}).get(key)
         return str(value) if value is not None else None
@@ -68,11 +74,6 @@ class SessionView(_Meta):
     @property
     def generation(self) -> int:
         return int(self.meta.get("generation") or 0)
-
-    @property
-    def created_at(self) -> str | None:
-        value = self.meta.get("creationTimestamp")
-        return str(value) if value else None
 
     @property
     def ref(self) -> SessionRef:
@@ -119,10 +120,114 @@ class ChildView(_Meta):
         return any(ref.get("kind") == KIND and ref.get("uid") != uid for ref in refs)
 
 
+class ContainerStatusView:
+    """One container's status as the kubelet reports it: an entry of a pod's containerStatuses or
+    initContainerStatuses. A terminated state stays the raw object (`exitCode`, `reason`, `message`)."""
+
+    def __init__(self, body: Manifest) -> None:
+        self.body = body
+        self.state: Manifest = body.get("state") or {}
+
+    @property
+    def name(self) -> str:
+        return str(self.body.get("name") or "")
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.body.get("ready"))
+
+    @property
+    def started(self) -> bool:
+        return bool(self.body.get("started"))
+
+    @property
+    def restart_count(self) -> int:
+        return int(self.body.get("restartCount") or 0)
+
+    @property
+    def running(self) -> bool:
+        return "running" in self.state
+
+    @property
+    def running_since(self) -> str | None:
+        """When the running container started ("" when the kubelet does not say); None when it does not run."""
+        running = self.state.get("running")
+        return str(running.get("startedAt") or "") if running is not None else None
+
+    @property
+    def waiting(self) -> Manifest | None:
+        """The waiting state (`reason`, `message`), if the container waits."""
+        waiting: Manifest | None = self.state.get("waiting") or None
+        return waiting
+
+    @property
+    def terminated(self) -> Manifest | None:
+        """How the container ended, while it is terminated."""
+        terminated: Manifest | None = self.state.get("terminated") or None
+        return terminated
+
+    @property
+    def last_terminated(self) -> Manifest | None:
+        """How the container's previous run ended, once it has restarted."""
+        terminated: Manifest | None = (self.body.get("lastState") or {}).get("terminated") or None
+        return terminated
+
+    @property
+    def latest_exit(self) -> Manifest | None:
+        """How it ended now, else how its previous run did; None when it never ended."""
+        return self.terminated or self.last_terminated
+
+
+class PodConditionView:
+    """One of a pod's conditions (PodScheduled, ContainersReady, Ready, ...) as the kubelet or scheduler wrote it."""
+
+    def __init__(self, body: Manifest) -> None:
+        self.body = body
+
+    @property
+    def status(self) -> str:
+        return str(self.body.get("status") or "")
+
+    @property
+    def true(self) -> bool:
+        return self.status == "True"
+
+    @property
+    def reason(self) -> str:
+        return str(self.body.get("reason") or "")
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message") or "")
+
+    @property
+    def last_transition_time(self) -> str | None:
+        value = self.body.get("lastTransitionTime")
+        return str(value) if value else None
+
+
 class PodView(ChildView):
+    """A Pod as the operator and the egress proxy read it: its status, its containers' statuses, its node."""
+
+    @cached_property
+    def _status(self) -> Manifest:
+        status: Manifest = self.body.get("status") or {}
+        return status
+
     @property
     def phase(self) -> str | None:
-        value = (self.body.get("status") or {}).get("phase")
+        value = self._status.get("phase")
+        return str(value) if value else None
+
+    @property
+    def reason(self) -> str | None:
+        """The pod's own reason (Evicted, DeadlineExceeded, ...), set when the kubelet ends it."""
+        value = self._status.get("reason")
+        return str(value) if value else None
+
+    @property
+    def message(self) -> str | None:
+        value = self._status.get("message")
         return str(value) if value else None
 
     @property
@@ -130,12 +235,52 @@ class PodView(ChildView):
         """Why the pod failed (its status reason, else PodFailed); None while it has not failed."""
         if self.phase != "Failed":
             return None
-        return str((self.body.get("status") or {}).get("reason") or reasons.POD_FAILED)
+        return self.reason or reasons.POD_FAILED
 
     @property
     def ip(self) -> str | None:
-        value = (self.body.get("status") or {}).get("podIP")
+        value = self._status.get("podIP")
         return str(value) if value else None
+
+    @property
+    def node_name(self) -> str | None:
+        value = (self.body.get("spec") or {}).get("nodeName")
+        return str(value) if value else None
+
+    @property
+    def start_time(self) -> str | None:
+        """When the kubelet accepted the pod (status.startTime)."""
+        value = self._status.get("startTime")
+        return str(value) if value else None
+
+    @cached_property
+    def init_containers(self) -> list[ContainerStatusView]:
+        return [ContainerStatusView(s) for s in self._status.get("initContainerStatuses") or []]
+
+    @cached_property
+    def containers(self) -> list[ContainerStatusView]:
+        return [ContainerStatusView(s) for s in self._status.get("containerStatuses") or []]
+
+    def init_container(self, name: str) -> ContainerStatusView | None:
+        """The status of the init (or sidecar) container `name`, once the kubelet reports it."""
+        return next((c for c in self.init_containers if c.name == name), None)
+
+    def container(self, name: str) -> ContainerStatusView | None:
+        """The status of the container `name`, once the kubelet reports it."""
+        return next((c for c in self.containers if c.name == name), None)
+
+    @property
+    def restart_count(self) -> int:
+        """The restarts of all its containers, init (and sidecar) containers included."""
+        return sum(c.restart_count for c in self.init_containers + self.containers)
+
+    def condition(self, kind: str) -> PodConditionView | None:
+        found = next((c for c in self._status.get("conditions") or [] if c.get("type") == kind), None)
+        return PodConditionView(found) if found is not None else None
+
+    def condition_true(self, kind: str) -> bool:
+        found = self.condition(kind)
+        return found is not None and found.true
 
 
 def pod_essentials(body: Mapping[str, Any]) -> Manifest:

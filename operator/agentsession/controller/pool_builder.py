@@ -55,8 +55,7 @@ def new_stem(pool: str) -> str:
 
 def stem_of(pod: Manifest) -> str:
     """A member pod's stem: its name without the pod suffix."""
-    name = str(pod["metadata"]["name"])
-    return name.removesuffix("-agent")
+    return PodView(pod).name.removesuffix("-agent")
 
 
 def _as_member(obj: Manifest, pool: PoolRef) -> Manifest:
@@ -111,7 +110,7 @@ def member_current(
 def claimable(pod: Manifest) -> bool:
     """A warm pod a session may take now: Ready (agentctl up, the agent initialized) and not on its way out."""
     view = PodView(pod)
-    return not view.deleting and LABEL_POOL in view.labels and _ready(pod)
+    return not view.deleting and LABEL_POOL in view.labels and view.condition_true("Ready")
 
 
 def claim_target(
@@ -164,8 +163,7 @@ def adopt_patch(session: SessionRef, pool: str) -> Manifest:
 
 
 def _ready(pod: Manifest) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return PodView(pod).condition_true("Ready")
 
 
 def surplus(current: list[Manifest], target: int) -> list[Manifest]:
@@ -179,4 +177,5 @@ def surplus(current: list[Manifest], target: int) -> list[Manifest]:
 
 
 def created_at(pod: Manifest) -> tuple[str, str]:
-    return (str(pod["metadata"].get("creationTimestamp") or ""), str(pod["metadata"]["name"]))
+    view = PodView(pod)
+    return (view.created_at or "", view.name)

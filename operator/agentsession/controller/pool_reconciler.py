@@ -147,19 +147,13 @@ class PoolReconciler:
 
     def _observe_refills(self, pool: str, members: list[Manifest]) -> None:
         for pod in members:
-            name = PodView(pod).name
-            if name in self._refilled or not claimable(pod):
+            view = PodView(pod)
+            if view.name in self._refilled or not claimable(pod):
                 continue
-            self._refilled.add(name)
-            created = parse_time(pod["metadata"].get("creationTimestamp"))
-            ready = next(
-                (
-                    parse_time(c.get("lastTransitionTime"))
-                    for c in (pod.get("status") or {}).get("conditions") or []
-                    if c.get("type") == "Ready"
-                ),
-                None,
-            )
+            self._refilled.add(view.name)
+            created = parse_time(view.created_at)
+            condition = view.condition("Ready")
+            ready = parse_time(condition.last_transition_time) if condition else None
             if created and ready:
                 metrics.POOL_REFILL_SECONDS.labels(pool=pool).observe((ready - created).total_seconds())
 

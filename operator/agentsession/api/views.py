@@ -25,6 +25,17 @@ from agentsession.api.session_ref import SessionRef
 log = logging.getLogger(__name__)
 
 
+def _text(fields: Manifest, key: str) -> str:
+    """A field as text; "" when it is missing or empty."""
+    return str(fields.get(key) or "")
+
+
+def _optional_text(fields: Manifest, key: str) -> str | None:
+    """A field as text; None when it is missing or empty."""
+    value = fields.get(key)
+    return str(value) if value else None
+
+
 class _Meta:
     def __init__(self, body: Manifest) -> None:
         self.body = body
@@ -32,11 +43,11 @@ class _Meta:
 
     @property
     def namespace(self) -> str:
-        return str(self.meta.get("namespace") or "")
+        return _text(self.meta, "namespace")
 
     @property
     def name(self) -> str:
-        return str(self.meta.get("name") or "")
+        return _text(self.meta, "name")
 
     @property
     def key(self) -> Key:
@@ -44,11 +55,11 @@ class _Meta:
 
     @property
     def uid(self) -> str:
-        return str(self.meta.get("uid") or "")
+        return _text(self.meta, "uid")
 
     @property
     def resource_version(self) -> str:
-        return str(self.meta.get("resourceVersion") or "")
+        return _text(self.meta, "resourceVersion")
 
     @property
     def deleting(self) -> bool:
@@ -56,8 +67,7 @@ class _Meta:
 
     @property
     def created_at(self) -> str | None:
-        value = self.meta.get("creationTimestamp")
-        return str(value) if value else None
+        return _optional_text(self.meta, "creationTimestamp")
 
     def annotation(self, key: str) -> str | None:
         value = (self.meta.get("annotations") or {}).get(key)
@@ -130,7 +140,7 @@ class ContainerStatusView:
 
     @property
     def name(self) -> str:
-        return str(self.body.get("name") or "")
+        return _text(self.body, "name")
 
     @property
     def ready(self) -> bool:
@@ -152,7 +162,7 @@ class ContainerStatusView:
     def running_since(self) -> str | None:
         """When the running container started ("" when the kubelet does not say); None when it does not run."""
         running = self.state.get("running")
-        return str(running.get("startedAt") or "") if running is not None else None
+        return _text(running, "startedAt") if running is not None else None
 
     @property
     def waiting(self) -> Manifest | None:
@@ -186,7 +196,7 @@ class PodConditionView:
 
     @property
     def status(self) -> str:
-        return str(self.body.get("status") or "")
+        return _text(self.body, "status")
 
     @property
     def true(self) -> bool:
@@ -194,16 +204,15 @@ class PodConditionView:
 
     @property
     def reason(self) -> str:
-        return str(self.body.get("reason") or "")
+        return _text(self.body, "reason")
 
     @property
     def message(self) -> str:
-        return str(self.body.get("message") or "")
+        return _text(self.body, "message")
 
     @property
     def last_transition_time(self) -> str | None:
-        value = self.body.get("lastTransitionTime")
-        return str(value) if value else None
+        return _optional_text(self.body, "lastTransitionTime")
 
 
 class PodView(ChildView):
@@ -216,19 +225,16 @@ class PodView(ChildView):
 
     @property
     def phase(self) -> str | None:
-        value = self._status.get("phase")
-        return str(value) if value else None
+        return _optional_text(self._status, "phase")
 
     @property
     def reason(self) -> str | None:
         """The pod's own reason (Evicted, DeadlineExceeded, ...), set when the kubelet ends it."""
-        value = self._status.get("reason")
-        return str(value) if value else None
+        return _optional_text(self._status, "reason")
 
     @property
     def message(self) -> str | None:
-        value = self._status.get("message")
-        return str(value) if value else None
+        return _optional_text(self._status, "message")
 
     @property
     def failed_reason(self) -> str | None:
@@ -239,19 +245,16 @@ class PodView(ChildView):
 
     @property
     def ip(self) -> str | None:
-        value = self._status.get("podIP")
-        return str(value) if value else None
+        return _optional_text(self._status, "podIP")
 
     @property
     def node_name(self) -> str | None:
-        value = (self.body.get("spec") or {}).get("nodeName")
-        return str(value) if value else None
+        return _optional_text(self.body.get("spec") or {}, "nodeName")
 
     @property
     def start_time(self) -> str | None:
         """When the kubelet accepted the pod (status.startTime)."""
-        value = self._status.get("startTime")
-        return str(value) if value else None
+        return _optional_text(self._status, "startTime")
 
     @cached_property
     def init_containers(self) -> list[ContainerStatusView]:
@@ -316,7 +319,7 @@ def unpacked_pod(packed: str) -> Manifest:
 class EventView(_Meta):
     @property
     def message(self) -> str:
-        return str(self.body.get("message") or "")
+        return _text(self.body, "message")
 
     @property
     def last_seen(self) -> str | None:

@@ -19,10 +19,10 @@ from typing import Any, Protocol
 from tests.support.gateway import Client, history_pages
 
 from agentsession.api.constants import API_VERSION, KIND
+from agentsession.api.views import SessionView
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import NotFound
 from agentsession.kube.resources import AGENT_SESSIONS
-from agentsession.kube.views import SessionView
 from benchmarks.soak.invariants import Snapshot, children, owner_uid
 
 READY_WITHIN = 120.0  # a cold start on a busy node

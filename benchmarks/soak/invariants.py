@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from agentsession.api.constants import KIND
 from agentsession.api.manifest import Manifest
+from agentsession.api.views import PodView, SessionView
 from agentsession.gateway.status import agent_id, derive_status
-from agentsession.kube.views import PodView, SessionView
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentsession.api.views import SessionView
 from agentsession.contract.live_state import LiveState
 from agentsession.gateway import commands as c
 from agentsession.gateway.auth import TTLCache
@@ -36,7 +37,6 @@ from agentsession.gateway.status import (
     derive_status,
 )
 from agentsession.gateway.task_dialect import TaskCodec
-from agentsession.kube.views import SessionView
 from tests.support.release_key import token_of
 
 

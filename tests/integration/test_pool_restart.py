@@ -10,9 +10,9 @@ import pytest
 
 from agentsession.api.constants import LABEL_CLAIMED_FROM, LABEL_POOL, LABEL_SESSION
 from agentsession.api.models import AgentSessionSpec
+from agentsession.api.views import SessionView
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.pool_builder import claim_patch, claim_target
-from agentsession.kube.views import SessionView
 from tests.conftest import wait_until
 from tests.support.kube import Pools, Sessions
 from tests.support.processes import operator_process

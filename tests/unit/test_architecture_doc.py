@@ -97,7 +97,7 @@ def test_the_names_read_are_those_of_modules_and_files(text: str, paths: list[st
     ("path", "found"),
     [
         ("controller/status_mapper.py", True),
-        ("agentsession/kube/views.py", True),
+        ("agentsession/api/views.py", True),
         ("agentctl/routes_*.py", True),
         ("tests/unit", True),
         ("reconciler.py", True),

@@ -9,10 +9,10 @@ import pytest
 
 from agentsession.api.models import AgentSessionSpec
 from agentsession.api.session_ref import SessionRef
+from agentsession.api.views import packed_pod, pod_essentials, unpacked_pod
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.pod_builder import build_pod
 from agentsession.controller.status_mapper import Observation, map_status
-from agentsession.kube.views import packed_pod, pod_essentials, unpacked_pod
 from tests.support.pod_bodies import NOW
 from tests.unit.test_status_mapper import CASES, Case
 

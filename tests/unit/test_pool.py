@@ -19,6 +19,7 @@ from agentsession.api.constants import (
 )
 from agentsession.api.models import AgentSessionSpec, StartupTimings
 from agentsession.api.session_ref import SessionRef
+from agentsession.api.views import PodView, SessionView
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import ClaimPod
 from agentsession.controller.pod_builder import build_pod, shape_hash
@@ -27,7 +28,6 @@ from agentsession.controller.pool_claim import choose, session_pod
 from agentsession.controller.pool_reconciler import REFILL_AT_ONCE, PoolReconciler
 from agentsession.controller.reconciler import CLAIM_RETRY_SECONDS
 from agentsession.kube.resources import PODS
-from agentsession.kube.views import PodView, SessionView
 from tests.unit.test_reconciler import NAME, NS, World
 
 POOL = "warm"

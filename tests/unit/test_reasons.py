@@ -10,9 +10,9 @@ import pytest
 from agentsession.api import reasons
 from agentsession.api.egress import Budget, Usage
 from agentsession.api.models import AgentSessionStatus, Condition
+from agentsession.api.views import PodView
 from agentsession.controller.rejections import REASON_BY_KIND, rejection
 from agentsession.controller.status_mapper import Observation, map_status
-from agentsession.kube.views import PodView
 from tests.support.pod_bodies import NOW, pod_body
 from tests.unit import test_status_mapper, test_status_messages
 

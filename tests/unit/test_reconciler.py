@@ -19,6 +19,7 @@ from agentsession.agentctl_client import AgentctlError
 from agentsession.api.acp import MODES_MAX, MODES_MAX_BYTES, SessionMode
 from agentsession.api.constants import API_VERSION, KIND, TOKEN_KEY
 from agentsession.api.models import AgentSessionSpec
+from agentsession.api.views import SessionView
 from agentsession.controller import decisions as decisions_module
 from agentsession.controller import reconciler as reconciler_module
 from agentsession.controller.config import AgentProfile, OperatorConfig
@@ -38,7 +39,6 @@ from agentsession.controller.pod_builder import build_pod, build_token_secret
 from agentsession.controller.reconciler import Reconciler
 from agentsession.controller.status_mapper import map_status
 from agentsession.kube.resources import AGENT_SESSIONS, SECRETS
-from agentsession.kube.views import SessionView
 from agentsession.testing.fake_agentctl import (
     PERMISSION_OPTIONS,
     FakeAgentctl,

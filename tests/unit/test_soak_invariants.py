@@ -71,8 +71,8 @@ def snap(
 
 
 def _expected(body: dict[str, Any]) -> str:
+    from agentsession.api.views import SessionView
     from agentsession.gateway.status import derive_status
-    from agentsession.kube.views import SessionView
 
     return derive_status(SessionView(body), None)[0]
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentsession.api.models import AcpStatus, AgentSessionStatus
+from agentsession.api.views import EventView
 from agentsession.controller.status_mapper import (
     Observation,
     agentctl_restart_count,
@@ -20,7 +21,6 @@ from agentsession.controller.status_mapper import (
     start_due,
     termination_tail,
 )
-from agentsession.kube.views import EventView
 from tests.support.pod_bodies import CREATED, NOW, UID, pod_body
 
 SCHEDULED = [{"type": "PodScheduled", "status": "True"}]

@@ -18,6 +18,7 @@ from agentsession.api.egress import BUDGET_CONDITION, Budget, effective_budget, 
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, AgentSessionStatus, StartupTimings
 from agentsession.api.session_ref import SessionRef
+from agentsession.api.views import PodView, SessionView
 from agentsession.contract.wire import StartRequest, StatusResponse
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.durations import parse_duration
@@ -36,7 +37,6 @@ from agentsession.controller.pod_builder import (
 )
 from agentsession.controller.rejections import retry_after
 from agentsession.controller.transitions import Event
-from agentsession.kube.views import PodView, SessionView
 
 # When agentctl cannot say how long the agent has been idle, it is asked again after at most this long.
 IDLE_RETRY_SECONDS = 30.0

@@ -27,6 +27,7 @@ from agentsession.api.constants import (
     POOL_PLURAL,
     VERSION,
 )
+from agentsession.api.views import packed_pod, unpacked_pod
 from agentsession.contract.auth import TokenDeriver, read_key
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
@@ -39,7 +40,6 @@ from agentsession.controller.watch_health import WatchHealth, WatchStalled, live
 from agentsession.controller.work_queue import WorkQueue
 from agentsession.kube.client import Kube, connect
 from agentsession.kube.resources import AGENT_SESSION_POOLS, AGENT_SESSIONS, Resource
-from agentsession.kube.views import packed_pod, unpacked_pod
 from agentsession.tasks import Supervisor
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from agentsession.api.constants import (
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, PoolTemplate
 from agentsession.api.session_ref import SessionRef, owner_reference
+from agentsession.api.views import PodView
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.pod_builder import (
     SPEC_HASH_ANNOTATION,
@@ -34,7 +35,6 @@ from agentsession.controller.pod_builder import (
     build_workspace_claim,
     shape_hash,
 )
-from agentsession.kube.views import PodView
 
 _ALPHABET = string.ascii_lowercase + string.digits
 
@@ -55,8 +55,7 @@ def new_stem(pool: str) -> str:
 
 def stem_of(pod: Manifest) -> str:
     """A member pod's stem: its name without the pod suffix."""
-    name = str(pod["metadata"]["name"])
-    return name.removesuffix("-agent")
+    return PodView(pod).name.removesuffix("-agent")
 
 
 def _as_member(obj: Manifest, pool: PoolRef) -> Manifest:
@@ -111,7 +110,7 @@ def member_current(
 def claimable(pod: Manifest) -> bool:
     """A warm pod a session may take now: Ready (agentctl up, the agent initialized) and not on its way out."""
     view = PodView(pod)
-    return not view.deleting and LABEL_POOL in view.labels and _ready(pod)
+    return not view.deleting and LABEL_POOL in view.labels and view.condition_true("Ready")
 
 
 def claim_target(
@@ -164,8 +163,7 @@ def adopt_patch(session: SessionRef, pool: str) -> Manifest:
 
 
 def _ready(pod: Manifest) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return PodView(pod).condition_true("Ready")
 
 
 def surplus(current: list[Manifest], target: int) -> list[Manifest]:
@@ -179,4 +177,5 @@ def surplus(current: list[Manifest], target: int) -> list[Manifest]:
 
 
 def created_at(pod: Manifest) -> tuple[str, str]:
-    return (str(pod["metadata"].get("creationTimestamp") or ""), str(pod["metadata"]["name"]))
+    view = PodView(pod)
+    return (view.created_at or "", view.name)

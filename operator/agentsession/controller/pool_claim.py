@@ -23,6 +23,7 @@ from agentsession.api.constants import (
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionSpec, StartupTimings
 from agentsession.api.session_ref import SessionRef
+from agentsession.api.views import PodView, SessionView
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.decisions import AdoptChildren, ClaimPod, claimed_start
@@ -39,7 +40,6 @@ from agentsession.controller.transitions import Event
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, NotFound
 from agentsession.kube.resources import CLAIMS, PODS, SECRETS
-from agentsession.kube.views import PodView, SessionView
 
 # The pods of a namespace that carry a label with a value, from the operator's watch (kopf's indexes).
 PodLookup = Callable[[str, str, str], list[Manifest]]

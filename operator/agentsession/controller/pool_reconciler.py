@@ -24,6 +24,7 @@ from agentsession.api.egress import new_phantom
 from agentsession.api.manifest import Manifest
 from agentsession.api.models import AgentSessionPoolSpec, AgentSessionPoolStatus
 from agentsession.api.times import parse_time
+from agentsession.api.views import PodView
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
 from agentsession.controller.network_policy import policy_keeper
@@ -43,7 +44,6 @@ from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError, NotFound
 from agentsession.kube.ops import create_or_read
 from agentsession.kube.resources import AGENT_SESSION_POOLS, CLAIMS, PODS, SECRETS
-from agentsession.kube.views import PodView
 
 log = logging.getLogger(__name__)
 # Warm pods started at once. A pod's start is mostly CPU (two interpreters loading); refilling a whole burst of
@@ -148,19 +148,13 @@ class PoolReconciler:
 
     def _observe_refills(self, pool: str, members: list[Manifest]) -> None:
         for pod in members:
-            name = PodView(pod).name
-            if name in self._refilled or not claimable(pod):
+            view = PodView(pod)
+            if view.name in self._refilled or not claimable(pod):
                 continue
-            self._refilled.add(name)
-            created = parse_time(pod["metadata"].get("creationTimestamp"))
-            ready = next(
-                (
-                    parse_time(c.get("lastTransitionTime"))
-                    for c in (pod.get("status") or {}).get("conditions") or []
-                    if c.get("type") == "Ready"
-                ),
-                None,
-            )
+            self._refilled.add(view.name)
+            created = parse_time(view.created_at)
+            condition = view.condition("Ready")
+            ready = parse_time(condition.last_transition_time) if condition else None
             if created and ready:
                 metrics.POOL_REFILL_SECONDS.labels(pool=pool).observe((ready - created).total_seconds())
 

@@ -33,6 +33,7 @@ from agentsession.api.models import (
     StartupTimings,
 )
 from agentsession.api.session_ref import SessionRef
+from agentsession.api.views import ChildView, EventView, PodView, SessionView
 from agentsession.contract.wire import StatusResponse
 from agentsession.controller import metrics
 from agentsession.controller.config import OperatorConfig
@@ -77,7 +78,6 @@ from agentsession.kube.client import Kube
 from agentsession.kube.errors import Conflict, KubeError, NotFound
 from agentsession.kube.ops import create_or_read, decode_token, post_event
 from agentsession.kube.resources import AGENT_SESSIONS, EVENTS, PODS, SECRETS, resource_of
-from agentsession.kube.views import ChildView, EventView, PodView, SessionView
 
 # The agentctl token of the children named after a stem in a namespace (`contract.auth.TokenDeriver`).
 TokenOf = Callable[[str, str], str]

@@ -25,8 +25,8 @@ from agentsession.api.models import (
     StartupTimings,
 )
 from agentsession.api.times import parse_time
+from agentsession.api.views import ContainerStatusView, EventView, PodView
 from agentsession.controller.rejections import Rejection
-from agentsession.kube.views import EventView, PodView
 
 CONDITION_ORDER: tuple[ConditionType, ...] = (
     "PodScheduled",
@@ -52,7 +52,8 @@ AGENT_WAITING_FOR_AGENTCTL = frozenset({reasons.CONTAINER_CREATING, reasons.POD_
 
 @dataclass(frozen=True)
 class Observation:
-    """Everything the mapper looks at. `pod` is the Pod as the API returns it (camelCase JSON)."""
+    """Everything the mapper looks at. `pod` is the Pod as the API returns it (camelCase JSON); the mapper reads
+    it through one `PodView`."""
 
     generation: int
     suspend: bool
@@ -87,23 +88,23 @@ class _State:
         return self.status == "True"
 
 
-def container_status(pod: Manifest, name: str, *, init: bool) -> Manifest | None:
-    key = "initContainerStatuses" if init else "containerStatuses"
-    return next((s for s in pod.get("status", {}).get(key) or [] if s.get("name") == name), None)
+def _view(pod: Manifest | PodView) -> PodView:
+    # The mapper wraps its pod once and hands the view on; the reconciler's calls pass the pod it observed.
+    return pod if isinstance(pod, PodView) else PodView(pod)
 
 
 # Event times have whole seconds; agentctl listens within about a second of its start.
 STARTUP_GRACE = timedelta(seconds=3)
 
 
-def agentctl_restart_count(pod: Manifest) -> int:
-    status = container_status(pod, AGENTCTL_CONTAINER, init=True)
-    return int(status.get("restartCount", 0)) if status else 0
+def agentctl_restart_count(pod: Manifest | PodView) -> int:
+    status = _view(pod).init_container(AGENTCTL_CONTAINER)
+    return status.restart_count if status else 0
 
 
-def agent_restart_count(pod: Manifest) -> int:
-    status = container_status(pod, AGENT_CONTAINER, init=False)
-    return int(status.get("restartCount", 0)) if status else 0
+def agent_restart_count(pod: Manifest | PodView) -> int:
+    status = _view(pod).container(AGENT_CONTAINER)
+    return status.restart_count if status else 0
 
 
 def latest_readiness_failure(events: Iterable[EventView], since: str) -> str | None:
@@ -121,53 +122,44 @@ def latest_readiness_failure(events: Iterable[EventView], since: str) -> str | N
     return max(failures)[1] if failures else None
 
 
-def readiness_pending_since(pod: Manifest) -> str | None:
+def readiness_pending_since(pod: Manifest | PodView) -> str | None:
     """When the running, started agentctl that is not ready started; None when that is not the case."""
-    status = container_status(pod, AGENTCTL_CONTAINER, init=True)
-    if not status or status.get("ready") or not status.get("started"):
+    status = _view(pod).init_container(AGENTCTL_CONTAINER)
+    if not status or status.ready or not status.started:
         return None
-    running = status.get("state", {}).get("running")
-    return str(running.get("startedAt") or "") if running is not None else None
+    return status.running_since
 
 
-def _pod_condition(pod: Manifest, kind: str) -> Manifest | None:
-    return next((c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") == kind), None)
-
-
-def agent_unready_since(pod: Manifest, acp: AcpStatus | None) -> str | None:
+def agent_unready_since(pod: Manifest | PodView, acp: AcpStatus | None) -> str | None:
     """When the running agent container stopped being ready, if that was after its ACP session started on this
     pod (the pod's ContainersReady turned False since); None otherwise. Before the session starts, the agent is
     not ready yet; that is no loss."""
-    agent = container_status(pod, AGENT_CONTAINER, init=False)
-    if agent is None or agent.get("ready") or "running" not in (agent.get("state") or {}):
+    view = _view(pod)
+    agent = view.container(AGENT_CONTAINER)
+    if agent is None or agent.ready or not agent.running:
         return None
-    if pod["metadata"].get("deletionTimestamp"):
+    if view.deleting:
         return None  # its containers are being stopped
-    if acp is None or acp.initializedTime is None or acp.podUID != pod["metadata"].get("uid"):
+    if acp is None or acp.initializedTime is None or acp.podUID != view.uid:
         return None
-    condition = _pod_condition(pod, "ContainersReady")
-    since = parse_time(condition.get("lastTransitionTime")) if condition else None
-    if (
-        condition is None
-        or condition.get("status") != "False"
-        or since is None
-        or since <= acp.initializedTime
-    ):
+    condition = view.condition("ContainersReady")
+    since = parse_time(condition.last_transition_time) if condition else None
+    if condition is None or condition.status != "False" or since is None or since <= acp.initializedTime:
         return None
-    return str(condition["lastTransitionTime"])
+    return condition.last_transition_time
 
 
-def node_not_reporting(pod: Manifest) -> _State | None:
+def _node_not_reporting(pod: PodView) -> _State | None:
     """The node controller's mark on a pod whose node stopped reporting (its kubelet stopped, or the node is cut
     off): the pod's Ready turned False while the kubelet's own ContainersReady stays True, a pair the kubelet never
     writes itself except for readiness gates. What the containers last reported is then out of date."""
-    ready, containers = _pod_condition(pod, "Ready"), _pod_condition(pod, "ContainersReady")
-    if not ready or not containers or ready.get("status") != "False" or containers.get("status") != "True":
+    ready, containers = pod.condition("Ready"), pod.condition("ContainersReady")
+    if not ready or not containers or ready.status != "False" or not containers.true:
         return None
-    if ready.get("reason") == "ReadinessGatesNotReady":
+    if ready.reason == "ReadinessGatesNotReady":
         return None
-    node = pod.get("spec", {}).get("nodeName") or "of the pod"
-    since = f" since {ready['lastTransitionTime']}" if ready.get("lastTransitionTime") else ""
+    node = pod.node_name or "of the pod"
+    since = f" since {ready.last_transition_time}" if ready.last_transition_time else ""
     return _State(
         "Unknown",
         reasons.NODE_NOT_READY,
@@ -208,60 +200,49 @@ def describe_exit(terminated: Manifest) -> str:
     return f"{text}: {termination_tail(message)}" if message.strip() else text
 
 
-def _latest_exit(status: Manifest) -> Manifest | None:
-    state = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")
-    return state or None
-
-
-def _pod_failed(pod: Manifest) -> _State | None:
-    reason = PodView(pod).failed_reason
+def _pod_failed(pod: PodView) -> _State | None:
+    reason = pod.failed_reason
     if reason is None:
         return None
-    status = pod["status"]
-    message = status.get("message") or "the pod failed"
-    agent = container_status(pod, AGENT_CONTAINER, init=False)
-    exited = _latest_exit(agent) if agent else None
-    if exited and not status.get("message"):
+    message = pod.message or "the pod failed"
+    agent = pod.container(AGENT_CONTAINER)
+    exited = agent.latest_exit if agent else None
+    if exited and not pod.message:
         message = f"the pod failed: the agent container ended ({describe_exit(exited)})"
     return _State("False", reason if reason in KEPT_FAILURES else reasons.POD_FAILED, message)
 
 
-def _scheduled(obs: Observation, pod: Manifest | None) -> _State:
+def _scheduled(obs: Observation, pod: PodView | None) -> _State:
     if pod is None:
         return _no_pod(obs)
-    name = pod["metadata"]["name"]
-    if pod["metadata"].get("deletionTimestamp"):
+    name = pod.name
+    if pod.deleting:
         return _State("False", reasons.POD_TERMINATING, f"pod {name} is terminating")
-    condition = _pod_condition(pod, "PodScheduled")
-    if condition and condition.get("status") == "True":
-        node = pod.get("spec", {}).get("nodeName", "")
-        return _State("True", reasons.SCHEDULED, f"pod {name} is assigned to node {node}")
-    if condition and condition.get("reason") == reasons.UNSCHEDULABLE:
-        return _State(
-            "False", reasons.UNSCHEDULABLE, condition.get("message") or f"pod {name} cannot be scheduled"
-        )
+    condition = pod.condition("PodScheduled")
+    if condition and condition.true:
+        return _State("True", reasons.SCHEDULED, f"pod {name} is assigned to node {pod.node_name or ''}")
+    if condition and condition.reason == reasons.UNSCHEDULABLE:
+        return _State("False", reasons.UNSCHEDULABLE, condition.message or f"pod {name} cannot be scheduled")
     return _State("False", reasons.POD_PENDING, f"pod {name} is waiting for the scheduler")
 
 
-def _describe_last_exit(status: Manifest) -> str:
-    terminated = status.get("lastState", {}).get("terminated") or {}
+def _describe_last_exit(status: ContainerStatusView) -> str:
+    terminated = status.last_terminated
     return f"; last {describe_exit(terminated)}" if terminated else ""
 
 
-def _waiting(status: Manifest, what: str) -> _State | None:
-    waiting = status.get("state", {}).get("waiting")
+def _waiting(status: ContainerStatusView, what: str) -> _State | None:
+    waiting = status.waiting
     if not waiting:
         return None
     reason = waiting.get("reason") or reasons.WAITING
     message = waiting.get("message") or f"{what} is waiting: {reason}"
     if reason == reasons.CRASH_LOOP_BACK_OFF:
-        message = (
-            f"{what} keeps crashing (restarts: {status.get('restartCount', 0)}){_describe_last_exit(status)}"
-        )
+        message = f"{what} keeps crashing (restarts: {status.restart_count}){_describe_last_exit(status)}"
     return _State("False", reason, message)
 
 
-def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -> _State:
+def _agentctl_ready(obs: Observation, pod: PodView | None, scheduled: _State) -> _State:
     if pod is None:
         return scheduled
     failed = _pod_failed(pod)
@@ -269,21 +250,21 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
         return failed
     if not scheduled.ok:
         return scheduled
-    lost = node_not_reporting(pod)
+    lost = _node_not_reporting(pod)
     if lost:
         return lost
-    status = container_status(pod, AGENTCTL_CONTAINER, init=True)
+    status = pod.init_container(AGENTCTL_CONTAINER)
     if status is None:
         return _State("False", reasons.CONTAINER_CREATING, "waiting for the kubelet to start agentctl")
-    if status.get("ready"):
+    if status.ready:
         return _State("True", reasons.PROBE_SUCCEEDED, "agentctl answers its readiness probe (GET /health)")
     waiting = _waiting(status, "agentctl")
     if waiting:
         return waiting
-    terminated = status.get("state", {}).get("terminated")
+    terminated = status.terminated
     if terminated:
         return _State("False", reasons.TERMINATED, f"agentctl ended ({describe_exit(terminated)})")
-    if not status.get("started"):
+    if not status.started:
         return _State(
             "False", reasons.STARTING, "agentctl is running; waiting for its startup probe (GET /health)"
         )
@@ -296,12 +277,12 @@ def _agentctl_ready(obs: Observation, pod: Manifest | None, scheduled: _State) -
         "False",
         reasons.PROBE_FAILING,
         f"agentctl is running but its readiness probe (GET /health) fails: {obs.probe_message} "
-        f"(restarts: {status.get('restartCount', 0)})",
+        f"(restarts: {status.restart_count})",
     )
 
 
-def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State) -> _State:
-    agent = container_status(pod, AGENT_CONTAINER, init=False) if pod is not None else None
+def _agent_initialized(obs: Observation, pod: PodView | None, agentctl: _State) -> _State:
+    agent = pod.container(AGENT_CONTAINER) if pod is not None else None
     waiting = _waiting(agent, "the agent container") if agent else None
     if agentctl.reason == reasons.NODE_NOT_READY:
         return agentctl
@@ -312,15 +293,15 @@ def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State)
     assert pod is not None  # agentctl is ready only in a pod
     acp = obs.previous.acp
     restarts = agentctl_restart_count(pod)
-    not_started = acp is None or acp.podUID != pod["metadata"].get("uid")
-    exited = _latest_exit(agent) if agent else None
+    not_started = acp is None or acp.podUID != pod.uid
+    exited = agent.latest_exit if agent else None
     if agent and exited and (not_started or (acp is not None and acp.lastError)):
         # What the agent printed as it died says more than agentctl's view of a closed pipe.
         return _State(
             "False",
             reasons.AGENT_EXITED,
             f"the agent exited before its ACP session started ({describe_exit(exited)}; "
-            f"restarts: {agent.get('restartCount', 0)})",
+            f"restarts: {agent.restart_count})",
         )
     if acp is None or not_started:
         return _State("False", reasons.INITIALIZING, "starting the ACP session through agentctl")
@@ -333,7 +314,7 @@ def _agent_initialized(obs: Observation, pod: Manifest | None, agentctl: _State)
         return _State(
             "False",
             reasons.AGENT_RESTARTED,
-            f"the agent container restarted ({ended}restarts: {agent.get('restartCount', 0)}); "
+            f"the agent container restarted ({ended}restarts: {agent.restart_count}); "
             "resuming the ACP session",
         )
     since = agent_unready_since(pod, acp)
@@ -432,12 +413,12 @@ def _seconds_between(start: datetime | None, end: datetime | None) -> float | No
 _START_FIELDS = {"source", "pool", "member", "reason", "message"}
 
 
-def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation) -> StartupTimings | None:
+def _startup(pod: PodView | None, conditions: list[Condition], obs: Observation) -> StartupTimings | None:
     known = obs.start or obs.previous.startup
     start = known.model_dump(include=_START_FIELDS, exclude_none=True) if known is not None else {}
     if pod is None:
         return StartupTimings(**start) if start else None
-    created = parse_time(pod["metadata"].get("creationTimestamp"))
+    created = parse_time(pod.created_at)
     by_type = {c.type: c for c in conditions}
 
     def when_true(kind: ConditionType) -> datetime | None:
@@ -445,7 +426,7 @@ def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation
         return condition.lastTransitionTime if condition.status == "True" else None
 
     acp = obs.previous.acp
-    initialized = acp.initializedTime if acp and acp.podUID == pod["metadata"].get("uid") else None
+    initialized = acp.initializedTime if acp and acp.podUID == pod.uid else None
     return StartupTimings(
         **start,
         scheduledSeconds=_seconds_between(created, when_true("PodScheduled")),
@@ -456,14 +437,19 @@ def _startup(pod: Manifest | None, conditions: list[Condition], obs: Observation
     )
 
 
+def _observed_pod(obs: Observation) -> PodView | None:
+    return PodView(obs.pod) if obs.pod is not None else None
+
+
 def start_due(obs: Observation) -> bool:
     """Whether agentctl is ready and ACP must be started (or started again) on the observed pod."""
-    agentctl = _agentctl_ready(obs, obs.pod, _scheduled(obs, obs.pod))
-    return reasons.is_in(_agent_initialized(obs, obs.pod, agentctl).reason, reasons.START_DUE)
+    pod = _observed_pod(obs)
+    agentctl = _agentctl_ready(obs, pod, _scheduled(obs, pod))
+    return reasons.is_in(_agent_initialized(obs, pod, agentctl).reason, reasons.START_DUE)
 
 
 def map_status(obs: Observation) -> AgentSessionStatus:
-    pod = obs.pod
+    pod = _observed_pod(obs)
     scheduled = _scheduled(obs, pod)
     agentctl = _agentctl_ready(obs, pod, scheduled)
     states: dict[ConditionType, _State] = {
@@ -480,26 +466,18 @@ def map_status(obs: Observation) -> AgentSessionStatus:
     states[BUDGET_CONDITION] = budget_state(obs.previous.usage, obs.budget)
     conditions = _conditions(obs, states)
     ready = next(c for c in conditions if c.type == "Ready")
-    pod_status = pod.get("status", {}) if pod else {}
-    pod_ip = pod_status.get("podIP")
-    restarts = None
-    if pod:
-        restarts = sum(
-            int(s.get("restartCount", 0))
-            for s in (pod_status.get("initContainerStatuses") or [])
-            + (pod_status.get("containerStatuses") or [])
-        )
+    pod_ip = pod.ip if pod else None
     return AgentSessionStatus(
         phase=_phase(obs, states["Ready"]),
         conditions=conditions,
         observedGeneration=obs.generation,
-        podName=pod["metadata"]["name"] if pod else None,
-        podUID=pod["metadata"].get("uid") if pod else None,
+        podName=pod.name if pod else None,
+        podUID=(pod.uid or None) if pod else None,
         podIP=pod_ip,
         agentctlEndpoint=f"http://{pod_ip}:{obs.agentctl_port}" if pod_ip else None,
-        startTime=parse_time(pod_status.get("startTime")),
+        startTime=parse_time(pod.start_time) if pod else None,
         readyTime=ready.lastTransitionTime if ready.status == "True" else None,
-        restartCount=restarts,
+        restartCount=pod.restart_count if pod else None,
         podsCreated=obs.previous.podsCreated,
         acp=obs.previous.acp,
         startup=_startup(pod, conditions, obs),

@@ -26,6 +26,7 @@ from agentsession.api.egress import (
     Usage,
 )
 from agentsession.api.manifest import Key, Manifest
+from agentsession.api.views import PodView, SessionView
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError, NotFound
 from agentsession.kube.informer import Handler, Informer
@@ -102,28 +103,26 @@ def _model(cls: type[M], value: object, where: str) -> M | None:
 
 
 def pod_info(obj: Manifest) -> PodInfo:
-    meta = _meta(obj)
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
+    pod = PodView(obj)
     return PodInfo(
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        ip=(obj.get("status") or {}).get("podIP") or None,
-        digest=annotations.get(PHANTOM_DIGEST_ANNOTATION) or None,
-        session=labels.get(LABEL_SESSION) or None,
-        deleting=bool(meta.get("deletionTimestamp")),
+        namespace=pod.namespace,
+        name=pod.name,
+        ip=pod.ip,
+        digest=pod.annotation(PHANTOM_DIGEST_ANNOTATION) or None,
+        session=pod.labels.get(LABEL_SESSION) or None,
+        deleting=pod.deleting,
     )
 
 
 def session_info(obj: Manifest) -> SessionInfo:
-    meta = _meta(obj)
-    spec = obj.get("spec") or {}
+    session = SessionView(obj)
+    spec = session.spec
     agent = spec.get("agent") or {}
-    where = f"{meta.get('namespace')}/{meta.get('name')}"
+    where = f"{session.namespace}/{session.name}"
     return SessionInfo(
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
+        namespace=session.namespace,
+        name=session.name,
+        uid=session.uid,
         agent_type=str(agent.get("type") or ""),
         base_url=(agent.get("model") or {}).get("baseURL") or None,
         secret_name=(agent.get("credentialsSecretRef") or {}).get("name") or None,

@@ -17,6 +17,7 @@ from typing import Final
 
 from agentsession.api.egress import Usage, usd, usd_text
 from agentsession.api.manifest import Key
+from agentsession.api.views import SessionView
 from agentsession.egress_proxy import metrics
 from agentsession.egress_proxy.directory import SessionInfo
 from agentsession.egress_proxy.prices import Tokens
@@ -141,13 +142,13 @@ class Ledger:
             for _ in range(WRITE_ATTEMPTS):
                 try:
                     session = await self._kube.get(AGENT_SESSIONS, namespace, name)
-                    meta = session.get("metadata") or {}
-                    if meta.get("uid") != entry.uid:
+                    view = SessionView(session)
+                    if view.uid != entry.uid:
                         raise NotFound(f"session {namespace}/{name} was replaced")
                     base = Usage.model_validate((session.get("status") or {}).get("usage") or {})
                     usage = added(base, delta, datetime.now(UTC).replace(microsecond=0))
                     patch = {
-                        "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                        "metadata": {"resourceVersion": view.resource_version},
                         "status": {"usage": usage.model_dump(mode="json", exclude_none=True)},
                     }
                     await self._kube.patch(AGENT_SESSIONS, namespace, name, patch, status=True)

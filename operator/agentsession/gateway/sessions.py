@@ -11,9 +11,9 @@ from functools import cached_property
 from typing import Any
 
 from agentsession.api.manifest import Key, Manifest
+from agentsession.api.views import SessionView
 from agentsession.contract.live_state import LiveState
 from agentsession.gateway.status import agent_id, agent_info, cluster_state
-from agentsession.kube.views import SessionView
 
 
 class Session:

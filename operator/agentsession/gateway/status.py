@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from agentsession.api import reasons
 from agentsession.api.egress import BUDGET_CONDITION
+from agentsession.api.views import SessionView
 from agentsession.contract.live_state import LiveState
-from agentsession.kube.views import SessionView
 
 AgentStatus = Literal["uninitialized", "initializing", "ready", "processing", "completed", "failed", "killed"]
 

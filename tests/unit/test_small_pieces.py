@@ -157,6 +157,53 @@ async def test_work_queue_retries_failures_with_backoff() -> None:
     await queue.shutdown()
 
 
+async def test_a_stopping_work_queue_lets_the_reconciles_under_way_end_and_starts_none() -> None:
+    started: list[str] = []
+    finished: list[str] = []
+    release = asyncio.Event()
+
+    async def reconcile(namespace: str, name: str) -> float | None:
+        started.append(name)
+        await release.wait()
+        # What a reconcile does after its create: the Event that says so.
+        await asyncio.sleep(0)
+        finished.append(name)
+        return 30.0  # a requeue, which a stopping queue drops
+
+    queue = WorkQueue(reconcile, shutdown_grace=5.0)
+    queue.trigger(("ns", "a"))
+    await asyncio.sleep(0)
+    stopping = asyncio.create_task(queue.shutdown())
+    await asyncio.sleep(0)
+    queue.trigger(("ns", "b"))
+    queue.trigger(("ns", "a"))
+    # The reconcile ends a while after the stop began: the queue waits for it.
+    asyncio.get_running_loop().call_later(0.2, release.set)
+    async with asyncio.timeout(5):
+        await stopping
+    assert started == ["a"]
+    assert finished == ["a"]
+
+
+async def test_a_stopping_work_queue_cancels_a_reconcile_that_outlasts_the_grace_period() -> None:
+    cancelled = asyncio.Event()
+
+    async def reconcile(namespace: str, name: str) -> float | None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return None
+
+    queue = WorkQueue(reconcile, shutdown_grace=0.05)
+    queue.trigger(("ns", "a"))
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        await queue.shutdown()
+    assert cancelled.is_set()
+
+
 def _report(turn: bool = False, pending: int = 0, last: str = "2026-01-01T00:00:00.000Z") -> StatusResponse:
     return StatusResponse.model_validate(
         {

@@ -3,7 +3,7 @@
 With leader election a replica stands by until it holds the Lease (`controller.leader`): it serves `/metrics` and
 a `/healthz` of its own, and kopf (every watch, index and handler) starts only once it leads, so a standby never
 writes anything. A leader that loses the Lease exits at once, as client-go's users do, and the kubelet restarts
-it as a standby. On SIGTERM the leader stops kopf first (its reconciles included) and then releases the Lease,
+it as a standby. On SIGTERM the leader stops kopf first (the reconciles under way end first) and then releases the Lease,
 so a standby takes over within its retry period rather than a whole lease duration.
 """
 

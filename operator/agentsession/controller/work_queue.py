@@ -18,11 +18,19 @@ ReconcileFn = Callable[[str, str], Awaitable[float | None]]
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 60.0
+# How long a stopping operator lets the reconciles under way end. One cut short between creating a pod and posting
+# its PodCreated Event leaves the pod to the next leader, which adopts it and has nothing to announce; a reconcile
+# takes well under a second, and a leader that stops sooner hands its Lease over sooner.
+SHUTDOWN_GRACE_SECONDS = 5.0
 
 
 class WorkQueue:
-    def __init__(self, reconcile: ReconcileFn, concurrency: int = 32) -> None:
+    def __init__(
+        self, reconcile: ReconcileFn, concurrency: int = 32, shutdown_grace: float = SHUTDOWN_GRACE_SECONDS
+    ) -> None:
         self._reconcile = reconcile
+        self._shutdown_grace = shutdown_grace
+        self._closing = False
         # Different sessions reconcile concurrently, but a burst does not open a connection per session at once.
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks = Supervisor("reconcile", log)
@@ -32,6 +40,8 @@ class WorkQueue:
         self._failures: dict[Key, int] = {}
 
     def trigger(self, key: Key) -> None:
+        if self._closing:
+            return
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -41,7 +51,7 @@ class WorkQueue:
         self._running[key] = self._tasks.spawn(self._run(key), f"{key[0]}/{key[1]}")
 
     def requeue(self, key: Key, delay: float) -> None:
-        if key in self._timers:
+        if self._closing or key in self._timers:
             return
         loop = asyncio.get_running_loop()
         self._timers[key] = loop.call_later(delay, self._fire, key)
@@ -55,7 +65,7 @@ class WorkQueue:
             while True:
                 self._dirty.discard(key)
                 delay = await self._attempt(key)
-                if key not in self._dirty:
+                if key not in self._dirty or self._closing:
                     break
             if delay is not None:
                 self.requeue(key, delay)
@@ -80,7 +90,16 @@ class WorkQueue:
         return delay
 
     async def shutdown(self) -> None:
+        """Takes no more work, lets the reconciles under way end for up to the grace period, then cancels the rest."""
+        self._closing = True
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        running = list(self._running.values())
+        if running:
+            _, cut_short = await asyncio.wait(running, timeout=self._shutdown_grace)
+            if cut_short:
+                log.warning(
+                    "stopping with %d reconciles still running; the next leader finishes them", len(cut_short)
+                )
         await self._tasks.close()

@@ -29,7 +29,7 @@ from agentsession.api.manifest import Key, Manifest
 from agentsession.api.views import PodView, SessionView
 from agentsession.kube.client import Kube
 from agentsession.kube.errors import KubeError, NotFound
-from agentsession.kube.informer import Handler, Informer
+from agentsession.kube.informer import EventHandler, Informer
 from agentsession.kube.resources import AGENT_SESSIONS, NAMESPACES, PODS, Resource
 from agentsession.tasks import Supervisor
 
@@ -225,7 +225,7 @@ class NamespaceReader:
     of their annotations, which change rarely."""
 
     def __init__(
-        self, kube: Kube, names: list[str], handler: Handler, interval: float = READ_INTERVAL_SECONDS
+        self, kube: Kube, names: list[str], handler: EventHandler, interval: float = READ_INTERVAL_SECONDS
     ) -> None:
         self._kube, self._names, self._handler, self._interval = kube, names, handler, interval
         self._first_round = asyncio.Event()
@@ -270,7 +270,7 @@ class KubeDirectory(Directory):
         super().__init__()
 
         def informer(
-            resource: Resource, handler: Handler, scope: list[str] | None, selector: str | None = None
+            resource: Resource, handler: EventHandler, scope: list[str] | None, selector: str | None = None
         ) -> Informer:
             return Informer(
                 kube,

@@ -23,7 +23,7 @@ from agentsession.tasks import Supervisor
 log = logging.getLogger(__name__)
 
 # (ADDED | MODIFIED | DELETED, the object): what the owner applies to its own index.
-Handler = Callable[[str, Manifest], None]
+EventHandler = Callable[[str, Manifest], None]
 BACKOFF_FIRST: Final = 0.2
 
 
@@ -37,7 +37,7 @@ class Informer:
         self,
         kube: Kube,
         resource: Resource,
-        handler: Handler,
+        handler: EventHandler,
         namespaces: list[str] | None = None,
         *,
         label_selector: str | None = None,

@@ -24,6 +24,7 @@ from agentsession.controller import decisions as decisions_module
 from agentsession.controller import reconciler as reconciler_module
 from agentsession.controller.config import AgentProfile, OperatorConfig
 from agentsession.controller.decisions import (
+    PROBE_RECHECK_SECONDS,
     CreateChild,
     DeletePod,
     Observed,
@@ -661,6 +662,25 @@ async def test_a_failing_readiness_probe_is_explained_by_the_kubelets_event() ->
     )
 
 
+async def test_an_unready_agentctl_is_looked_at_again_until_the_kubelet_says_why() -> None:
+    # The kubelet posts its Unhealthy Event apart from the pod's status, and often after it; no watch brings it.
+    world = World()
+    await world.apply()
+    await world.reconcile()
+    world.kubelet.run(agentctl_ready=False)
+    assert await world.reconcile() == PROBE_RECHECK_SECONDS
+    assert world.reasons()["AgentctlReady"] == "Starting"
+    await _probe_failed(
+        world, "spec.initContainers{agentctl}", "Get \"http://10.0.0.5:9999/health\": context deadline exceeded",
+        "2026-01-01T12:00:05Z",
+    )  # fmt: skip
+    await world.reconcile()
+    assert world.reasons()["AgentctlReady"] == "ProbeFailing"
+    # Once it is ready, nothing is awaited.
+    world.kubelet.run()
+    assert await world.reconcile() != PROBE_RECHECK_SECONDS
+
+
 async def test_a_deleted_session_creates_nothing_and_shows_terminating() -> None:
     world = World()
     await world.apply()
@@ -816,6 +836,25 @@ def test_activity_is_read_for_an_idle_timeout_or_a_template_change_of_a_started_
     assert not wants_activity_of(started_session, suspending, pod)
     idle = AgentSessionSpec.model_validate({"lifecycle": {"idleTimeout": "5m"}})
     assert wants_activity_of(started_session, idle, pod)
+
+
+async def test_an_agentctl_that_does_not_answer_its_probe_is_not_asked_about_the_agent() -> None:
+    # A frozen agentctl fails its probe, and the agent's probe, which goes through it, fails too. A call to it would
+    # hold the reconcile, and the status it writes, until the call timed out.
+    world = World()
+    await world.until_ready()
+    world.kubelet.run(agentctl_ready=False)
+    pod = world.kubelet.pod()
+    pod["status"]["containerStatuses"][0]["ready"] = False
+    pod["status"]["conditions"].append(
+        {"type": "ContainersReady", "status": "False", "lastTransitionTime": "2026-01-01T12:03:00Z"}
+    )
+    world.kube.put(pod)
+    world.agentctl.calls.clear()
+    await world.reconcile()
+    assert world.agentctl.calls == []
+    assert world.reasons()["AgentctlReady"] == "Starting"
+    assert world.reasons()["AgentInitialized"] == "AgentctlNotReady"
 
 
 async def test_an_agent_that_stops_answering_is_reported_with_agentctls_reason_and_recovers() -> None:

@@ -42,6 +42,9 @@ from agentsession.controller.transitions import Event
 IDLE_RETRY_SECONDS = 30.0
 # While a restart waits for the running turn, how often agentctl is asked whether it has ended.
 RESTART_RECHECK_SECONDS = 2.0
+# agentctl runs, started, and is not ready, yet no kubelet report says why: the kubelet posts its Unhealthy Event
+# apart from the pod's status, often after it, and the operator does not watch Events, so it looks again.
+PROBE_RECHECK_SECONDS = 1.0
 # While no pod can be made for want of the egress proxy's address, how often to look again (the Service's watch
 # triggers a reconcile as soon as it appears; this is for a watch event lost on the way).
 EGRESS_RECHECK_SECONDS = 30.0
@@ -428,10 +431,12 @@ def wants_activity(
 
 def requeue_after(
     plan: Plan, refused: bool, previous: AgentSessionStatus, status: AgentSessionStatus, now: datetime,
-    config: OperatorConfig,
+    config: OperatorConfig, *, probe_unreported: bool = False,
 ) -> float | None:  # fmt: skip
     """Seconds until the session must be looked at again without any event; None to wait for one."""
     delays: list[float] = []
+    if probe_unreported:
+        delays.append(PROBE_RECHECK_SECONDS)
     ready = status.condition("Ready")
     if refused and ready is not None:
         before = previous.condition("Ready")

@@ -165,8 +165,19 @@ class Reconciler:
             # reconcile decides again), or it finished one cut short, which changes no pod, so no pod event
             # brings the reconcile that starts ACP on it.
             return CLAIM_RETRY_SECONDS
+        probe_unreported = (
+            observed.probe_message is None
+            and outcome.pod is not None
+            and readiness_pending_since(outcome.pod) is not None
+        )
         return requeue_after(
-            plan, outcome.rejection is not None, observed.session.status, status, observed.now, self._config
+            plan,
+            outcome.rejection is not None,
+            observed.session.status,
+            status,
+            observed.now,
+            self._config,
+            probe_unreported=probe_unreported,
         )
 
     def _status(self, observed: Observed, plan: Plan, outcome: Outcome) -> AgentSessionStatus:
@@ -213,7 +224,10 @@ class Reconciler:
         desired = desired_pod(ref, spec, self._config, route)
         probe_message = await self._probe_failure(namespace, pod) if pod is not None else None
         agent_error, activity, activity_error = None, None, None
-        if pod is not None and token is not None:
+        # Only an agentctl that answers its probe is asked anything: a frozen one would hold this reconcile, and
+        # with it the status, until the call timed out (the agent's probe goes through agentctl, so it fails too).
+        agentctl = PodView(pod).init_container(AGENTCTL_CONTAINER) if pod is not None else None
+        if pod is not None and token is not None and agentctl is not None and agentctl.ready:
             agent_error = await self._agent_error(session, pod, token)
             if wants_activity(session, spec, pod, desired):
                 activity, activity_error = await self._activity(session, pod, token)

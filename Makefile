@@ -106,7 +106,7 @@ MUTATION_JOBS ?= 1
 mutation: $(STAMP)
 	rm -rf $(MUTATION_DIR)
 	mkdir -p $(MUTATION_DIR)/mutants
-	for path in operator/agentsession operator pyproject.toml Makefile tests benchmarks crds docs examples hack images .ci; do \
+	for path in operator/agentsession operator pyproject.toml Makefile tests benchmarks charts crds docs examples hack images .ci; do \
 	  ln -s ../../$$path $(MUTATION_DIR)/; done
 	cd $(MUTATION_DIR) && PYTHONPATH=$$PWD/mutants ../../$(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS)
 	$(PY) hack/mutation_score.py --min $(MUTATION_MIN) $(MUTATION_DIR)/mutants

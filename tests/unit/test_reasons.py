@@ -178,3 +178,19 @@ def test_a_failed_pod_without_a_reason_failed_with_podfailed_to_every_reader() -
     evicted = pod_body(conditions=[], phase="Failed", reason="Evicted")
     assert PodView(evicted).failed_reason == "Evicted"
     assert PodView(pod_body(conditions=[], phase="Running")).failed_reason is None
+
+
+def test_a_reason_is_entered_once_with_its_classes_and_what_a_client_is_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The table is filled at import, before a test can watch it: entering one more shows how it is filled.
+    monkeypatch.setattr(reasons, "_TABLE", dict(reasons._TABLE))
+    name = reasons._reason("SomethingNew", reasons.FAILED | reasons.WARNING, client_error="it broke")
+    assert name == "SomethingNew"
+    assert reasons._TABLE[name] == reasons.Reason(name, reasons.FAILED | reasons.WARNING, "it broke")
+    assert reasons._reason("Plain") == "Plain"
+    assert reasons._TABLE["Plain"] == reasons.Reason("Plain", reasons.UNCLASSED, None)
+    with pytest.raises(
+        ValueError, match="reason SomethingNew is in the table twice: keep one line per reason"
+    ):
+        reasons._reason("SomethingNew")
